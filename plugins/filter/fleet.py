@@ -70,7 +70,7 @@ def fleet_table(summary: t.Mapping[str, t.Any]) -> t.List[str]:
         rows = summary["hosts"]
         counts = summary["verdict_counts"]
     except (KeyError, TypeError):
-        raise AnsibleFilterError("fleet_table expects the output of fleet_summary")
+        raise AnsibleFilterError("fleet_table expects the output of fleet_summary") from None
     widths = [max([len(title)] + [len(str(row[key])) for row in rows]) for key, title in COLUMNS]
     lines = ["  ".join(title.ljust(width) for (key, title), width in zip(COLUMNS, widths)).rstrip()]
     for row in rows:

@@ -289,7 +289,7 @@ def parse_query_gpu(text: str, command: str) -> t.List[t.Dict[str, t.Any]]:
             capability = parse_capability(fields["compute_cap"] or "")
         except ValueError:
             raise NvidiaSmiParseError(
-                command, number, line, "compute_cap %r is not MAJOR.MINOR" % fields["compute_cap"])
+                command, number, line, "compute_cap %r is not MAJOR.MINOR" % fields["compute_cap"]) from None
         gpus.append(describe_gpu(fields, capability))
     return sorted(gpus, key=lambda gpu: gpu["index"])
 
@@ -342,11 +342,12 @@ def parse_topology(text: str, command: str, gpu_count: int) -> t.Dict[str, t.Any
     links: t.Dict[str, str] = {}
     for row_gpu, (number, raw, cells) in sorted(rows.items()):
         for column_gpu, link in zip(columns, cells):
-            if column_gpu <= row_gpu:
+            if column_gpu == row_gpu:
                 continue
             if not (_NVLINK_RE.match(link) or link in _PCIE_LINKS):
                 raise NvidiaSmiParseError(command, number, raw, "unknown link %r to GPU%d" % (link, column_gpu))
-            links["%d-%d" % (row_gpu, column_gpu)] = link
+            if column_gpu > row_gpu:
+                links["%d-%d" % (row_gpu, column_gpu)] = link
     return {"interconnect": interconnect_verdict(links.values()), "links": links}
 
 
@@ -435,6 +436,7 @@ def builds_targets(release: t.Optional[t.Tuple[int, int]], targets: t.Iterable[s
 
 def describe_toolkit(
     path: str,
+    *,
     aliases: t.List[str],
     nvcc: t.Optional[str],
     nvcc_output: t.Optional[str],

@@ -417,7 +417,6 @@ import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.inferops.blackwell.plugins.module_utils import gpu
 
 # Where the driver's tools live when they are not on the PATH Ansible gets.
@@ -483,8 +482,7 @@ def gather_gpus(module: AnsibleModule, facts: t.Dict[str, t.Any]) -> None:
         facts["nvidia_smi_status"] = status
         facts["nvidia_smi_error"] = None if status == "no_devices" else message
         return
-    warnings, dummy = gpu.split_warnings(out)
-    facts["warnings"].extend(warnings)
+    facts["warnings"].extend(gpu.split_warnings(out)[0])
     try:
         gpus = gpu.parse_query_gpu(out, runner.describe(query))
     except gpu.NvidiaSmiParseError as exc:
@@ -525,7 +523,7 @@ def read_text(path: str) -> t.Optional[str]:
     try:
         with open(path) as handle:
             return handle.read()
-    except (IOError, OSError):
+    except OSError:
         return None
 
 
@@ -533,12 +531,12 @@ def inspect_toolkit(module: AnsibleModule, path: str, aliases: t.List[str], targ
     nvcc = os.path.join(path, "bin", "nvcc")
     nvcc_output = None
     if os.access(nvcc, os.X_OK):
-        rc, out, err = module.run_command([nvcc, "--version"], environ_update={"LC_ALL": "C"})
+        _rc, out, err = module.run_command([nvcc, "--version"], environ_update={"LC_ALL": "C"})
         nvcc_output = out + err
     else:
         nvcc = None
     version_json = read_text(os.path.join(path, "version.json"))
-    return gpu.describe_toolkit(path, aliases, nvcc, nvcc_output, version_json, targets)
+    return gpu.describe_toolkit(path, aliases=aliases, nvcc=nvcc, nvcc_output=nvcc_output, version_json=version_json, targets=targets)
 
 
 def gather_toolkits(module: AnsibleModule, facts: t.Dict[str, t.Any]) -> None:
