@@ -565,7 +565,7 @@ def gather_toolkits(module: AnsibleModule, facts: t.Dict[str, t.Any]) -> None:
         "link": link,
         "exists": resolved is not None,
         "chain": chain,
-        "via_alternatives": any(hop.startswith("/etc/alternatives/") for hop in chain),
+        "via_alternatives": any(os.path.basename(os.path.dirname(hop)) == "alternatives" for hop in chain[1:]),
         "resolves_to": resolved,
         "version": default["version"] if default else None,
         "serves_gpus": bool(default and default["serves_gpus"]),
