@@ -27,7 +27,7 @@ description:
   - Architecture families and FlashInfer targets are derived from the capability, not from a list of known GPUs, so a
     newer SM is reported; its minimum nvcc is then unknown and the verdict says so.
 author:
-  - inferops.blackwell contributors
+  - inferops maintainers (@inferops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts

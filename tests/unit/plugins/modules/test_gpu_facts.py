@@ -239,7 +239,7 @@ def test_negative_timeout_names_the_option(node: Node, capsys: pytest.CaptureFix
 
 
 def test_extra_toolkit_path_and_version_json_only_toolkit(node: Node, canned: t.Callable[..., t.Any],
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     node.add_nvidia_smi()
     node.answer_profile(canned, "h200-x1")
     extra = node.tmp / "opt-cuda"

@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Build the collection tarball, install it, and run gpu_facts and the facts playbook from it.
+
+The GPUs here come from the lab's nvidia-smi simulator (molecule/lab/gpu), put on PATH
+or named per host: this machine has no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import typing as t
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SIMULATOR = os.path.join(ROOT, "molecule", "lab", "gpu", "nvidia-smi")
+PROFILES = os.path.join(ROOT, "molecule", "lab", "gpu", "profiles")
+# The venv running pytest has ansible-core's commands beside its python.
+BIN = os.path.dirname(sys.executable)
+
+
+def run(command: t.List[str], env: t.Dict[str, str], cwd: str = ROOT) -> str:
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, "%s failed (%d):\n%s\n%s" % (" ".join(command), done.returncode, done.stdout, done.stderr)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> t.Dict[str, t.Any]:
+    """The collection built from this tree and installed into a temporary collections path."""
+    tmp = tmp_path_factory.mktemp("artifact")
+    (tmp / "ansible.cfg").write_text("[defaults]\n")  # not the checkout's ansible.cfg
+    env = {"PATH": BIN + ":/usr/bin:/bin", "HOME": str(tmp), "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections"),
+           "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
+    run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp)], env)
+    tarball = tmp / "inferops-blackwell-0.1.0.tar.gz"
+    run(["ansible-galaxy", "collection", "install", "--offline", "-p", str(tmp / "collections"), str(tarball)], env)
+    with tarfile.open(tarball) as archive:
+        names = archive.getnames()
+    return {"tmp": tmp, "env": env, "names": names}
+
+
+def profile_bin(tmp: t.Any, profile: str) -> str:
+    """A directory holding an `nvidia-smi` that answers like the profile's GPUs."""
+    directory = tmp / ("bin-" + profile)
+    directory.mkdir(exist_ok=True)
+    wrapper = directory / "nvidia-smi"
+    wrapper.write_text("#!/bin/sh\nINFEROPS_LAB_GPU_PROFILE=%s/%s.json exec %s \"$@\"\n" % (PROFILES, profile, SIMULATOR))
+    wrapper.chmod(0o755)
+    return str(directory)
+
+
+def adhoc_facts(installed: t.Dict[str, t.Any], extra_path: str = "") -> t.Dict[str, t.Any]:
+    env = dict(installed["env"])
+    if extra_path:
+        env["PATH"] = extra_path + ":" + env["PATH"]
+    out = run(["ansible", "localhost", "-m", "inferops.blackwell.gpu_facts", "-o"], env, cwd=str(installed["tmp"]))
+    match = re.search(r"localhost \| SUCCESS => (\{.*\})\s*$", out, re.S)
+    assert match, out
+    return json.loads(match.group(1))["ansible_facts"]["inferops_gpu"]
+
+
+def test_artifact_leaves_tests_and_lab_out(installed: t.Dict[str, t.Any]) -> None:
+    names = installed["names"]
+    assert "plugins/modules/gpu_facts.py" in names
+    assert "plugins/module_utils/gpu.py" in names
+    assert "playbooks/facts.yml" in names
+    assert "meta/runtime.yml" in names
+    assert not [name for name in names if name.startswith(("tests", "molecule", ".ci", ".venv", ".build"))]
+
+
+def test_installed_module_on_a_machine_without_gpus(installed: t.Dict[str, t.Any]) -> None:
+    facts = adhoc_facts(installed)
+    assert facts["gpu_count"] == 0
+    assert facts["nvidia_smi_status"] == "not_found"
+    assert facts["verdict"] == "no_gpu"
+
+
+def test_installed_module_with_8_rtx_pro_6000_on_path(installed: t.Dict[str, t.Any]) -> None:
+    facts = adhoc_facts(installed, profile_bin(installed["tmp"], "rtx-pro-6000-x8"))
+    assert facts["gpu_count"] == 8
+    assert facts["capabilities"] == ["12.0"]
+    assert facts["arch_families"] == ["Blackwell"]
+    assert facts["flashinfer_arch_list"] == "12.0f"
+    assert facts["min_cuda_version"] == "12.9"
+    assert {g["min_nvcc_version"] for g in facts["gpus"]} == {"12.9"}
+    assert facts["interconnect"] == "PCIe"
+    able = [tk for tk in facts["toolkits"] if tk["version_source"] == "nvcc" and tuple(map(int, tk["version"].split("."))) >= (12, 9)]
+    assert facts["verdict"] == ("ready" if able else "needs_toolkit")
+
+
+def test_installed_facts_playbook_reports_the_fleet(installed: t.Dict[str, t.Any]) -> None:
+    tmp = installed["tmp"]
+    hosts = {"pro-1": "rtx-pro-6000-x8", "b300-1": "b300-x8", "cpu-1": None}
+    lines = ["[fleet]"]
+    for host, profile in hosts.items():
+        smi = "gpu_facts_nvidia_smi=%s/nvidia-smi" % profile_bin(tmp, profile) if profile else ""
+        lines.append("%s ansible_connection=local ansible_python_interpreter=%s %s" % (host, BIN + "/python", smi))
+    inventory = tmp / "inventory.ini"
+    inventory.write_text("\n".join(lines) + "\n")
+    report = tmp / "report.json"
+    command = ["ansible-playbook", "-i", str(inventory), "inferops.blackwell.facts", "-e", "facts_report_path=%s" % report]
+    out = run(command, installed["env"], cwd=str(tmp))
+    assert re.search(r"pro-1\s+8x NVIDIA RTX PRO 6000 Blackwell Server Edition\s+12\.0\s+12\.0f\s", out), out
+    assert re.search(r"b300-1\s+8x NVIDIA B300 SXM6 AC\s+10\.3\s+10\.3a\s", out), out
+    assert re.search(r"cpu-1\s+no GPU\s+-\s+-\s.*no_gpu", out), out
+    data = json.loads(report.read_text())
+    rows = {row["host"]: row for row in data["hosts"]}
+    assert rows["pro-1"]["flashinfer_arch_list"] == "12.0f"
+    assert rows["b300-1"]["sm"] == "10.3"
+    assert rows["cpu-1"]["verdict"] == "no_gpu"
+    assert data["facts"]["b300-1"]["interconnect"] == "NVLink"
+    assert sum(data["verdict_counts"].values()) == 3
+    # a second run writes the same report: nothing changed
+    again = run(command, installed["env"], cwd=str(tmp))
+    assert re.search(r"ok=\d+\s+changed=0\s", again), again
