@@ -19,7 +19,10 @@ ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
 
-.PHONY: help venv test lint ruff ansible-lint sanity units fixtures clean
+# Debian packages the tests need (ansible-test's shellcheck test skips silently without shellcheck).
+TEST_DEBS := shellcheck git tar
+
+.PHONY: help venv debs test lint ruff ansible-lint sanity units fixtures clean
 
 help:
 	@echo "make test    ruff, ansible-lint (production), ansible-test sanity, unit tests"
@@ -27,6 +30,13 @@ help:
 	@echo "make clean   remove .venv and .build"
 
 venv: $(VENV)/.installed
+
+debs:
+	@missing=""; for pkg in $(TEST_DEBS); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(VENV)/.installed: requirements/dev.txt requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +65,7 @@ ansible-lint: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 
 # A clean copy of the tracked (and new, not ignored) files, as its own git tree,
 # so sanity sees exactly what would be committed.
-sanity: venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py
+sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py
 	rm -rf $(SANITY_TREE)
 	mkdir -p $(SANITY_TREE)
 	git ls-files -z --cached --others --exclude-standard | \
