@@ -19,20 +19,25 @@ ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
 
-# Debian packages the tests need (ansible-test's shellcheck test skips silently without shellcheck).
-TEST_DEBS := shellcheck git tar
+# Debian packages make test and make lab need: shellcheck (ansible-test's shellcheck test skips silently
+# without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes.
+DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
+LABCTL := python3 molecule/lab/labctl.py
+LAB_INVENTORY := inventories/lab
 
-.PHONY: help venv debs test lint ruff ansible-lint sanity units fixtures clean
+.PHONY: help venv debs link test lint ruff ansible-lint sanity units molecule fixtures lab lab-down clean
 
 help:
-	@echo "make test    ruff, ansible-lint (production), ansible-test sanity, unit tests"
-	@echo "make lint | sanity | units    one part of make test"
-	@echo "make clean   remove .venv and .build"
+	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
+	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
+	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
+	@echo "make lint | sanity | units | molecule    one part of make test"
+	@echo "make clean     make lab-down, then remove .venv and .build"
 
 venv: $(VENV)/.installed
 
 debs:
-	@missing=""; for pkg in $(TEST_DEBS); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	@missing=""; for pkg in $(DEBS); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -42,6 +47,8 @@ $(VENV)/.installed: requirements/dev.txt requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt -c requirements/constraints.txt
 	touch $@
+
+link: $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 
 $(IMPORT_ROOT)/ansible_collections/inferops/blackwell:
 	mkdir -p $(dir $@)
@@ -53,7 +60,7 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
-test: lint sanity units
+test: lint sanity units molecule
 
 lint: ruff ansible-lint
 
@@ -76,9 +83,27 @@ sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TE
 units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
+# molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
+MOLECULE_SCENARIOS := incident
+molecule: debs venv link
+	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
+
+lab: debs venv link
+	$(LABCTL) fleet-up --inventory $(LAB_INVENTORY)
+	$(BIN)/ansible-playbook -i $(LAB_INVENTORY) playbooks/facts.yml
+	@echo
+	@echo "The lab fleet is up (GPUs, nvcc 12.8 front end and SGLang are SIMULATED; systemd and FlashInfer are real):"
+	@python3 molecule/lab/labctl.py status
+	@echo "  ansible -i $(LAB_INVENTORY) all -m ping"
+	@echo "  ssh -i .build/lab/ssh/id_ed25519 root@10.213.0.11     (or: $(LABCTL) exec lab-pro6000-1 -- bash)"
+	@echo "  make lab-down    when done"
+
+lab-down:
+	$(LABCTL) fleet-down
+
 # Rewrite the canned nvidia-smi output of the synthetic GPU profiles from the lab simulator.
 fixtures:
 	$(PYTHON) tests/unit/fixtures/nvidia-smi/render.py
 
-clean:
+clean: lab-down
 	rm -rf $(VENV) $(BUILD) tests/output

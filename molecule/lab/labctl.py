@@ -1,0 +1,639 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lab fleet: simulated Blackwell nodes with real systemd, for molecule and `make lab`.
+
+LAB TOOLING -- test equipment, never used by a role. Each node is a Debian root
+filesystem booted with `systemd-nspawn --boot` (systemd as PID 1) in its own network
+namespace, reached over SSH like a production node. Layers:
+
+  base      debootstrap bookworm (built once, cached in .build/lab/base)
+  incident  the state the incident began in (built once per recipe, cached):
+            /usr/local/cuda-12.8 (NVIDIA's real 12.8 ptxas, headers and runtime from
+            PyPI, and a SIMULATED nvcc front end that only reports `release 12.8`),
+            /usr/local/cuda -> 12.8 through update-alternatives, the SGLang venv with
+            torch (CPU build) and a real FlashInfer at an affected release, the
+            SIMULATED nvidia-smi, torch reporting the profile's GPUs inside that venv
+            only, and the SIMULATED SGLang stand-in
+  node      one overlay per node over those two; only what the node changes is written
+
+Usage: python3 molecule/lab/labctl.py {build,up,down,fleet-up,fleet-down,status,exec} ...
+Everything is root-only and stays under .build/lab, network namespaces named
+inferops-lab-*, the bridge iflab0 and cgroups named inferops-lab-*.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import typing as t
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+STATE = os.environ.get("INFEROPS_LAB_STATE", os.path.join(ROOT, ".build", "lab"))
+PROFILES = os.path.join(HERE, "gpu", "profiles")
+
+SUITE = "bookworm"
+MIRROR = os.environ.get("INFEROPS_LAB_MIRROR", "http://deb.debian.org/debian")
+BASE_PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt", "iproute2", "ca-certificates",
+    "sudo", "openssh-server", "g++", "procps", "less",
+]
+BRIDGE = "iflab0"
+NETWORK = ipaddress.ip_network("10.213.0.0/24")
+GATEWAY = "10.213.0.1"
+PREFIX = "inferops-lab-"
+SGLANG_VENV = os.environ.get("INFEROPS_LAB_SGLANG_VENV", "/opt/sglang/venv")
+CUDA_128 = "/usr/local/cuda-12.8"
+# NVIDIA's real 12.8 pieces on PyPI: ptxas, nvvm and crt headers; the runtime; CCCL headers.
+CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
+VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
+# Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
+IMAGE_STEPS_VERSION = "1"
+
+
+def log(message: str) -> None:
+    print("[lab] " + message, flush=True)
+
+
+def run(command: t.List[str], check: bool = True, quiet: bool = False, **kwargs: t.Any) -> subprocess.CompletedProcess:
+    if not quiet:
+        log("$ " + " ".join(command))
+    return subprocess.run(command, check=check, **kwargs)
+
+
+def output(command: t.List[str]) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        sys.exit("labctl: the lab needs root (mounts, network namespaces, systemd-nspawn)")
+
+
+def recipe_hash(paths: t.Iterable[str], extra: t.Iterable[str] = ()) -> str:
+    """Hash of the files that make a layer, so a changed recipe rebuilds it."""
+    digest = hashlib.sha256()
+    for top in sorted(paths):
+        for directory, dirs, files in os.walk(top) if os.path.isdir(top) else [(os.path.dirname(top), [], [os.path.basename(top)])]:
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                path = os.path.join(directory, name)
+                digest.update(os.path.relpath(path, ROOT).encode())
+                with open(path, "rb") as handle:
+                    digest.update(handle.read())
+    for item in extra:
+        digest.update(item.encode())
+    return digest.hexdigest()[:16]
+
+
+def stamp_matches(path: str, value: str) -> bool:
+    try:
+        with open(path) as handle:
+            return handle.read().strip() == value
+    except OSError:
+        return False
+
+
+# --- mounts -------------------------------------------------------------------------------------------
+
+def mounts_under(path: str) -> t.List[str]:
+    """Mount points at or below path, deepest first."""
+    found = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            point = line.split()[4].replace("\\040", " ")
+            if point == path or point.startswith(path.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(set(found), key=len, reverse=True)
+
+
+def unmount_all(path: str) -> None:
+    for point in mounts_under(path):
+        run(["umount", "-l", point], check=False)
+
+
+def mount_overlay(lowers: t.List[str], upper: str, work: str, merged: str) -> None:
+    for directory in (upper, work, merged):
+        os.makedirs(directory, exist_ok=True)
+    run(["mount", "-t", "overlay", "overlay", "-o",
+         "lowerdir=%s,upperdir=%s,workdir=%s" % (":".join(lowers), upper, work), merged])
+
+
+# --- layer 1: base --------------------------------------------------------------------------------------
+
+def build_base() -> str:
+    base = os.path.join(STATE, "base")
+    stamp = os.path.join(STATE, "base.recipe")
+    recipe = recipe_hash([], [SUITE, MIRROR] + BASE_PACKAGES)
+    if os.path.isdir(base) and stamp_matches(stamp, recipe):
+        return base
+    staging = base + ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    started = time.monotonic()
+    log("building the base root filesystem (debootstrap %s, about 2 minutes)" % SUITE)
+    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES), SUITE, staging, MIRROR])
+    run(["chroot", staging, "apt-get", "clean"])
+    # The lab reaches nodes as root with a key; nothing else logs in.
+    with open(os.path.join(staging, "etc", "ssh", "sshd_config.d", "lab.conf"), "w") as handle:
+        handle.write("PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+    shutil.rmtree(base, ignore_errors=True)
+    os.rename(staging, base)
+    with open(stamp, "w") as handle:
+        handle.write(recipe + "\n")
+    record_measure("base_build_s", time.monotonic() - started)
+    return base
+
+
+# --- layer 2: the incident state --------------------------------------------------------------------------
+
+def venv_requirements() -> t.List[str]:
+    with open(VENV_REQUIREMENTS) as handle:
+        return [line.split("#")[0].strip() for line in handle if line.split("#")[0].strip()]
+
+
+def fetch_wheels() -> str:
+    """One wheelhouse on the host, read by every image build (nothing is downloaded per node)."""
+    wheels = os.path.join(STATE, "wheels")
+    stamp = os.path.join(STATE, "wheels.recipe")
+    wanted = venv_requirements() + CUDA_128_WHEELS
+    recipe = recipe_hash([VENV_REQUIREMENTS], CUDA_128_WHEELS)
+    if os.path.isdir(wheels) and stamp_matches(stamp, recipe):
+        return wheels
+    os.makedirs(wheels, exist_ok=True)
+    log("downloading wheels for the SGLang venv and the 12.8 toolkit pieces (once, into %s)" % wheels)
+    run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+         "--only-binary=:all:", "--dest", wheels] + wanted)
+    with open(stamp, "w") as handle:
+        handle.write(recipe + "\n")
+    return wheels
+
+
+def find_wheel(wheels: str, requirement: str) -> str:
+    name, version = requirement.split("==")
+    prefix = "%s-%s-" % (name.replace("-", "_"), version)
+    for entry in os.listdir(wheels):
+        if entry.lower().startswith(prefix.lower()):
+            return os.path.join(wheels, entry)
+    raise SystemExit("labctl: no wheel for %s in %s" % (requirement, wheels))
+
+
+def install_cuda_128(merged: str, wheels: str) -> None:
+    """NVIDIA's real 12.8 pieces laid out as a toolkit, plus the SIMULATED nvcc front end."""
+    prefix = merged + CUDA_128
+    for sub in ("bin", "include", "lib64", "nvvm"):
+        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
+    for requirement in CUDA_128_WHEELS:
+        with zipfile.ZipFile(find_wheel(wheels, requirement)) as archive:
+            for info in archive.infolist():
+                parts = info.filename.split("/")
+                if len(parts) < 4 or parts[0] != "nvidia" or info.is_dir():
+                    continue
+                top = {"lib": "lib64"}.get(parts[2], parts[2])
+                if top not in ("bin", "include", "lib64", "nvvm"):
+                    continue
+                target = os.path.join(prefix, top, *parts[3:])
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with archive.open(info) as source, open(target, "wb") as handle:
+                    shutil.copyfileobj(source, handle)
+                mode = (info.external_attr >> 16) & 0o777
+                os.chmod(target, mode or (0o755 if top == "bin" else 0o644))
+    lib64 = os.path.join(prefix, "lib64")
+    if not os.path.exists(os.path.join(lib64, "libcudart.so")):
+        os.symlink("libcudart.so.12", os.path.join(lib64, "libcudart.so"))
+    if not os.path.lexists(os.path.join(prefix, "lib")):
+        os.symlink("lib64", os.path.join(prefix, "lib"))
+    shutil.copy(os.path.join(HERE, "cuda128", "nvcc"), os.path.join(prefix, "bin", "nvcc"))
+    os.chmod(os.path.join(prefix, "bin", "nvcc"), 0o755)
+    with open(os.path.join(prefix, "LAB-SIMULATION.txt"), "w") as handle:
+        handle.write("LAB SIMULATION: bin/nvcc is a front end that only reports release 12.8 (no 12.x nvcc exists on PyPI).\n"
+                     "bin/ptxas, nvvm/, include/ and lib64/ are NVIDIA's real 12.8 files from PyPI wheels.\n")
+
+
+def chroot(merged: str, command: t.List[str]) -> None:
+    run(["chroot", merged] + command, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"})
+
+
+def build_incident(base: str, wheels: str) -> str:
+    layer = os.path.join(STATE, "incident")
+    stamp = os.path.join(STATE, "incident.recipe")
+    inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "sglang_standin", "LAB-NODE.txt")]
+    recipe = recipe_hash(inputs + [VENV_REQUIREMENTS],
+                         [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
+    if os.path.isdir(layer) and stamp_matches(stamp, recipe):
+        return layer
+    started = time.monotonic()
+    log("building the incident-state image (system CUDA 12.8, SGLang venv with FlashInfer 0.6.x)")
+    staging = layer + ".staging"
+    unmount_all(staging)
+    shutil.rmtree(staging, ignore_errors=True)
+    upper, work, merged = (os.path.join(staging, d) for d in ("upper", "work", "merged"))
+    mount_overlay([base], upper, work, merged)
+    try:
+        for fs, point in (("proc", "proc"), ("sysfs", "sys")):
+            run(["mount", "-t", fs, fs, os.path.join(merged, point)])
+        run(["mount", "--bind", "/dev", os.path.join(merged, "dev")])
+        os.makedirs(os.path.join(merged, "mnt", "wheels"), exist_ok=True)
+        run(["mount", "--bind", "-o", "ro", wheels, os.path.join(merged, "mnt", "wheels")])
+
+        install_cuda_128(merged, wheels)
+        chroot(merged, ["update-alternatives", "--install", "/usr/local/cuda", "cuda", CUDA_128, "128"])
+        chroot(merged, ["update-alternatives", "--install", "/usr/local/cuda-12", "cuda-12", CUDA_128, "128"])
+
+        chroot(merged, ["python3", "-m", "venv", SGLANG_VENV])
+        chroot(merged, [SGLANG_VENV + "/bin/pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
+                        "--no-deps", "--find-links", "/mnt/wheels"] + venv_requirements())
+        site = output(["chroot", merged, SGLANG_VENV + "/bin/python", "-c",
+                       "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+        shutil.copytree(os.path.join(HERE, "sglang_standin", "sglang"), merged + site + "/sglang",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.path.join(HERE, "torch_gpus", "inferops_lab_torch_gpus.py"), merged + site)
+        with open(merged + site + "/inferops_lab_torch_gpus.pth", "w") as handle:
+            handle.write("import inferops_lab_torch_gpus\n")
+
+        os.makedirs(merged + "/usr/lib/inferops-lab", exist_ok=True)
+        shutil.copy(os.path.join(HERE, "gpu", "nvidia_smi_sim.py"), merged + "/usr/lib/inferops-lab/nvidia_smi_sim.py")
+        shutil.copy(os.path.join(HERE, "gpu", "nvidia-smi"), merged + "/usr/bin/nvidia-smi")
+        os.chmod(merged + "/usr/bin/nvidia-smi", 0o755)
+        os.makedirs(merged + "/etc/inferops-lab", exist_ok=True)
+        shutil.copy(os.path.join(HERE, "LAB-NODE.txt"), merged + "/etc/inferops-lab/README")
+        shutil.copy(os.path.join(HERE, "LAB-NODE.txt"), merged + "/etc/motd")
+        chroot(merged, ["python3", "-m", "compileall", "-q", site + "/sglang"])
+    finally:
+        unmount_all(merged)
+    shutil.rmtree(work, ignore_errors=True)
+    unmount_all(layer)
+    shutil.rmtree(layer, ignore_errors=True)
+    os.rename(upper, layer)
+    shutil.rmtree(staging, ignore_errors=True)
+    with open(stamp, "w") as handle:
+        handle.write(recipe + "\n")
+    record_measure("incident_image_build_s", time.monotonic() - started)
+    return layer
+
+
+def stamp_value(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def build() -> t.Tuple[str, str]:
+    require_root()
+    os.makedirs(STATE, exist_ok=True)
+    base = build_base()
+    incident = build_incident(base, fetch_wheels())
+    ssh_key()
+    return base, incident
+
+
+def ssh_key() -> str:
+    key = os.path.join(STATE, "ssh", "id_ed25519")
+    if not os.path.exists(key):
+        os.makedirs(os.path.dirname(key), exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "inferops-lab", "-f", key])
+    return key
+
+
+# --- measurements -----------------------------------------------------------------------------------------
+
+def record_measure(name: str, seconds: float) -> None:
+    path = os.path.join(STATE, "measurements.json")
+    data: t.Dict[str, t.Any] = {}
+    if os.path.exists(path):
+        with open(path) as handle:
+            data = json.load(handle)
+    data[name] = round(seconds, 1)
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+    log("%s: %.1f s" % (name, seconds))
+
+
+# --- nodes ------------------------------------------------------------------------------------------------
+
+class Node:
+    def __init__(self, name: str) -> None:
+        if not name.replace("-", "").isalnum() or len(name) > 40:
+            raise SystemExit("labctl: node name %r: use letters, digits and '-' (at most 40)" % name)
+        self.name = name
+        self.dir = os.path.join(STATE, "nodes", name)
+        self.netns = PREFIX + name
+        self.merged = os.path.join(self.dir, "merged")
+        self.pidfile = os.path.join(self.dir, "nspawn.pid")
+        self.logfile = os.path.join(self.dir, "nspawn.log")
+        self.cgroups = ["/sys/fs/cgroup/systemd/" + PREFIX + name, "/sys/fs/cgroup/unified/" + PREFIX + name]
+
+    def config(self) -> t.Dict[str, t.Any]:
+        with open(os.path.join(self.dir, "node.json")) as handle:
+            return json.load(handle)
+
+    def nspawn_pid(self) -> t.Optional[int]:
+        try:
+            with open(self.pidfile) as handle:
+                pid = int(handle.read().strip())
+            with open("/proc/%d/cmdline" % pid, "rb") as handle:
+                cmdline = handle.read().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        # Only a process we started: systemd-nspawn for this very node.
+        # (right after the start it may still be the sh wrapper that execs systemd-nspawn)
+        if any(part.endswith(b"systemd-nspawn") for part in cmdline) and ("--machine=" + self.name).encode() in cmdline:
+            return pid
+        return None
+
+    def leader_pid(self) -> t.Optional[int]:
+        pid = self.nspawn_pid()
+        if pid is None:
+            return None
+        for task in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/children" % (pid, task)) as handle:
+                    children = handle.read().split()
+            except OSError:
+                continue
+            if children:
+                return int(children[0])
+        return None
+
+
+def veth_name(address: str) -> str:
+    return "vlab%d" % int(address.rsplit(".", maxsplit=1)[-1])
+
+
+def ensure_bridge() -> None:
+    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode != 0:
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", "%s/%d" % (GATEWAY, NETWORK.prefixlen), "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"], quiet=True)
+
+
+def setup_network(node: Node, address: str) -> None:
+    ensure_bridge()
+    if node.netns not in output(["ip", "netns", "list"]).split():
+        run(["ip", "netns", "add", node.netns])
+    host_side = veth_name(address)
+    if subprocess.run(["ip", "link", "show", host_side], capture_output=True, check=False).returncode != 0:
+        run(["ip", "link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+    run(["ip", "link", "set", host_side, "master", BRIDGE, "up"])
+    inside = ["ip", "netns", "exec", node.netns]
+    run(inside + ["ip", "link", "set", "lo", "up"])
+    run(inside + ["ip", "addr", "replace", "%s/%d" % (address, NETWORK.prefixlen), "dev", "eth0"])
+    run(inside + ["ip", "link", "set", "eth0", "up"])
+    run(inside + ["ip", "route", "replace", "default", "via", GATEWAY])
+
+
+def write_node_files(node: Node, profile: str, address: str) -> None:
+    merged = node.merged
+    os.makedirs(merged + "/etc/inferops-lab", exist_ok=True)
+    shutil.copy(os.path.join(PROFILES, profile + ".json"), merged + "/etc/inferops-lab/gpu-profile.json")
+    with open(merged + "/etc/hostname", "w") as handle:
+        handle.write(node.name + "\n")
+    with open(merged + "/etc/hosts", "w") as handle:
+        handle.write("127.0.0.1 localhost\n127.0.1.1 %s\n%s %s\n" % (node.name, address, node.name))
+    os.makedirs(merged + "/root/.ssh", mode=0o700, exist_ok=True)
+    with open(ssh_key() + ".pub") as source, open(merged + "/root/.ssh/authorized_keys", "w") as handle:
+        handle.write(source.read())
+    os.chmod(merged + "/root/.ssh/authorized_keys", 0o600)
+
+
+def boot(node: Node) -> None:
+    """Start systemd-nspawn --boot in its own cgroups, detached; it outlives this command."""
+    for cgroup in node.cgroups:
+        os.makedirs(cgroup, exist_ok=True)
+    wrapper = "; ".join("echo $$ > %s/cgroup.procs" % cgroup for cgroup in node.cgroups) + "; exec \"$@\""
+    nspawn = [
+        "systemd-nspawn", "--quiet", "--boot", "--directory=" + node.merged, "--machine=" + node.name,
+        "--register=no", "--keep-unit", "--network-namespace-path=/run/netns/" + node.netns,
+        "--link-journal=no", "--resolv-conf=off", "--timezone=off", "--console=read-only",
+    ]
+    env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
+    with open(node.logfile, "ab") as logfile:
+        process = subprocess.Popen(["sh", "-c", wrapper, "nspawn"] + nspawn, stdin=subprocess.DEVNULL,
+                                   stdout=logfile, stderr=logfile, start_new_session=True, env=env)
+    with open(node.pidfile, "w") as handle:
+        handle.write("%d\n" % process.pid)
+
+
+def node_exec(node: Node, command: t.List[str], check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+    leader = node.leader_pid()
+    if leader is None:
+        raise SystemExit("labctl: node %s is not running" % node.name)
+    return subprocess.run(["nsenter", "-t", str(leader), "-a", "--"] + command, check=check,
+                          capture_output=capture, text=True)
+
+
+def wait_running(node: Node, address: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        if node.nspawn_pid() is None:
+            raise SystemExit("labctl: %s: systemd-nspawn exited; see %s" % (node.name, node.logfile))
+        if node.leader_pid() is not None:
+            done = node_exec(node, ["systemctl", "is-system-running"], check=False, capture=True)
+            state = done.stdout.strip()
+            if state in ("running", "degraded"):
+                break
+        time.sleep(0.3)
+    else:
+        raise SystemExit("labctl: %s did not finish booting in %d s (state %r); see %s" % (node.name, timeout, state, node.logfile))
+    if state == "degraded":
+        failed = node_exec(node, ["systemctl", "--failed", "--no-legend"], check=False, capture=True).stdout
+        log("%s booted degraded: %s" % (node.name, " ".join(failed.split())))
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, 22), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit("labctl: %s: no SSH on %s:22 after %d s" % (node.name, address, timeout))
+
+
+def up(name: str, profile: str, address: str) -> None:
+    require_root()
+    if not os.path.exists(os.path.join(PROFILES, profile + ".json")):
+        raise SystemExit("labctl: unknown GPU profile %r; profiles: %s" % (profile, ", ".join(list_profiles())))
+    if ipaddress.ip_address(address) not in NETWORK or address == GATEWAY:
+        raise SystemExit("labctl: address %s: pick one in %s other than %s" % (address, NETWORK, GATEWAY))
+    base, incident = build()
+    node = Node(name)
+    if node.nspawn_pid() is not None:
+        log("%s is already running" % name)
+        return
+    started = time.monotonic()
+    os.makedirs(node.dir, exist_ok=True)
+    with open(os.path.join(node.dir, "node.json"), "w") as handle:
+        json.dump({"name": name, "profile": profile, "address": address}, handle)
+    if not mounts_under(node.merged):
+        mount_overlay([incident, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
+    write_node_files(node, profile, address)
+    setup_network(node, address)
+    boot(node)
+    wait_running(node, address)
+    record_measure("node_boot_s", time.monotonic() - started)
+    log("%s is up: GPU profile %s (SIMULATED), ssh root@%s -i %s" % (name, profile, address, ssh_key()))
+
+
+def down(name: str) -> None:
+    """Stop the node and remove every mount, namespace, link, cgroup and file it had."""
+    require_root()
+    node = Node(name)
+    pid = node.nspawn_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while node.nspawn_pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if node.nspawn_pid() is not None:
+            log("%s: systemd-nspawn ignored SIGTERM for 20 s; killing it" % name)
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+    unmount_all(node.dir)
+    address = None
+    if os.path.exists(os.path.join(node.dir, "node.json")):
+        address = node.config()["address"]
+    if address:
+        run(["ip", "link", "del", veth_name(address)], check=False, capture_output=True)
+    if node.netns in output(["ip", "netns", "list"]).split():
+        run(["ip", "netns", "del", node.netns])
+    for cgroup in node.cgroups:
+        remove_cgroup(cgroup)
+    shutil.rmtree(node.dir, ignore_errors=True)
+    log("%s is down" % name)
+
+
+def remove_cgroup(path: str) -> None:
+    if not os.path.isdir(path):
+        return
+    for directory, dirs, _files in sorted(os.walk(path), key=lambda entry: len(entry[0]), reverse=True):
+        for sub in dirs:
+            try:
+                os.rmdir(os.path.join(directory, sub))
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError as exc:
+        log("could not remove cgroup %s: %s" % (path, exc))
+
+
+def known_nodes() -> t.List[str]:
+    nodes = set()
+    directory = os.path.join(STATE, "nodes")
+    if os.path.isdir(directory):
+        nodes.update(os.listdir(directory))
+    for netns in output(["ip", "netns", "list"]).split():
+        if netns.startswith(PREFIX):
+            nodes.add(netns[len(PREFIX):])
+    return sorted(nodes)
+
+
+def list_profiles() -> t.List[str]:
+    return sorted(name[:-5] for name in os.listdir(PROFILES) if name.endswith(".json"))
+
+
+def inventory_nodes(inventory: str) -> t.List[t.Dict[str, str]]:
+    data = json.loads(output(["ansible-inventory", "-i", inventory, "--list"]))
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    nodes = []
+    for host, variables in sorted(hostvars.items()):
+        if "lab_gpu_profile" in variables:
+            nodes.append({"name": host, "profile": variables["lab_gpu_profile"], "address": variables["ansible_host"]})
+    if not nodes:
+        raise SystemExit("labctl: no host in %s has lab_gpu_profile" % inventory)
+    return nodes
+
+
+def fleet_up(inventory: str) -> None:
+    announce()
+    for node in inventory_nodes(inventory):
+        up(node["name"], node["profile"], node["address"])
+    disk_report()
+
+
+def fleet_down() -> None:
+    require_root()
+    for name in known_nodes():
+        down(name)
+    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode == 0:
+        run(["ip", "link", "del", BRIDGE])
+
+
+def announce() -> None:
+    with open(os.path.join(HERE, "LAB-NODE.txt")) as handle:
+        for line in handle:
+            log(line.rstrip())
+
+
+def disk_report() -> None:
+    sizes = {}
+    for layer in ("base", "incident", "wheels"):
+        path = os.path.join(STATE, layer)
+        if os.path.isdir(path):
+            sizes[layer] = output(["du", "-sh", path]).split()[0]
+    for name in known_nodes():
+        upper = os.path.join(STATE, "nodes", name, "upper")
+        if os.path.isdir(upper):
+            sizes["node " + name] = output(["du", "-sh", upper]).split()[0]
+    log("disk: " + ", ".join("%s %s" % item for item in sizes.items()))
+
+
+def status() -> None:
+    for name in known_nodes():
+        node = Node(name)
+        config = node.config() if os.path.exists(os.path.join(node.dir, "node.json")) else {}
+        state = "stopped"
+        if node.nspawn_pid() is not None and node.leader_pid() is not None:
+            state = node_exec(node, ["systemctl", "is-system-running"], check=False, capture=True).stdout.strip()
+        print("%-20s %-10s %-16s %s" % (name, state, config.get("address", "-"), config.get("profile", "-")))
+
+
+def main(argv: t.List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="labctl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build (or reuse) the cached base and incident layers")
+    node_up = sub.add_parser("up", help="boot one node")
+    node_up.add_argument("name")
+    node_up.add_argument("--profile", required=True, help="GPU profile: " + ", ".join(list_profiles()))
+    node_up.add_argument("--address", required=True, help="address in %s" % NETWORK)
+    node_down = sub.add_parser("down", help="stop one node and remove what it made")
+    node_down.add_argument("name")
+    fleet = sub.add_parser("fleet-up", help="boot every inventory host that has lab_gpu_profile")
+    fleet.add_argument("--inventory", default=os.path.join(ROOT, "inventories", "lab"))
+    sub.add_parser("fleet-down", help="stop every lab node, remove the bridge")
+    sub.add_parser("status", help="list lab nodes")
+    execute = sub.add_parser("exec", help="run a command inside a node (nsenter)")
+    execute.add_argument("name")
+    execute.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        build()
+        disk_report()
+    elif args.command == "up":
+        up(args.name, args.profile, args.address)
+    elif args.command == "down":
+        down(args.name)
+    elif args.command == "fleet-up":
+        fleet_up(args.inventory)
+    elif args.command == "fleet-down":
+        fleet_down()
+    elif args.command == "status":
+        status()
+    elif args.command == "exec":
+        return node_exec(Node(args.name), [c for c in args.cmd if c != "--"] or ["bash"], check=False).returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
