@@ -339,13 +339,30 @@ class Node:
         with open(os.path.join(self.dir, "node.json")) as handle:
             return json.load(handle)
 
-    def nspawn_pid(self) -> t.Optional[int]:
+    def started_pid(self) -> t.Optional[int]:
         try:
             with open(self.pidfile) as handle:
-                pid = int(handle.read().strip())
+                return int(handle.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def started_alive(self) -> bool:
+        """The process we started still exists (between fork and exec its cmdline can read empty)."""
+        pid = self.started_pid()
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, TypeError, IndexError):
+            return False
+
+    def nspawn_pid(self) -> t.Optional[int]:
+        pid = self.started_pid()
+        if pid is None:
+            return None
+        try:
             with open("/proc/%d/cmdline" % pid, "rb") as handle:
                 cmdline = handle.read().split(b"\0")
-        except (OSError, ValueError):
+        except OSError:
             return None
         # Only a process we started: systemd-nspawn for this very node.
         # (right after the start it may still be the sh wrapper that execs systemd-nspawn)
@@ -438,7 +455,7 @@ def wait_running(node: Node, address: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        if node.nspawn_pid() is None:
+        if not node.started_alive():
             raise SystemExit("labctl: %s: systemd-nspawn exited; see %s" % (node.name, node.logfile))
         if node.leader_pid() is not None:
             done = node_exec(node, ["systemctl", "is-system-running"], check=False, capture=True)
@@ -493,12 +510,13 @@ def down(name: str) -> None:
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
-        while node.nspawn_pid() is not None and time.monotonic() < deadline:
+        while node.started_alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-        if node.nspawn_pid() is not None:
+        if node.started_alive():
             log("%s: systemd-nspawn ignored SIGTERM for 20 s; killing it" % name)
             os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
+            while node.started_alive():
+                time.sleep(0.2)
     unmount_all(node.dir)
     address = None
     if os.path.exists(os.path.join(node.dir, "node.json")):
