@@ -20,9 +20,9 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
 
 # Debian packages make test and make lab need: shellcheck (ansible-test's shellcheck test skips silently
-# without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes.
-DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
-LABCTL := python3 molecule/lab/labctl.py
+# without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes; apt-ftparchive, gpg, cc for its apt repository.
+DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client apt-utils gnupg gcc
+LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
 .PHONY: help venv debs link test lint ruff ansible-lint sanity units molecule fixtures lab lab-down clean
@@ -84,7 +84,7 @@ units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
 # molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
-MOLECULE_SCENARIOS := incident
+MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt
 molecule: debs venv link
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
 
@@ -93,12 +93,12 @@ lab: debs venv link
 	$(BIN)/ansible-playbook -i $(LAB_INVENTORY) playbooks/facts.yml
 	@echo
 	@echo "The lab fleet is up (GPUs, nvcc 12.8 front end and SGLang are SIMULATED; systemd and FlashInfer are real):"
-	@python3 molecule/lab/labctl.py status
+	@$(LABCTL) status
 	@echo "  ansible -i $(LAB_INVENTORY) all -m ping"
 	@echo "  ssh -i .build/lab/ssh/id_ed25519 root@10.213.0.11     (or: $(LABCTL) exec lab-pro6000-1 -- bash)"
 	@echo "  make lab-down    when done"
 
-lab-down:
+lab-down: venv
 	$(LABCTL) fleet-down
 
 # Rewrite the canned nvidia-smi output of the synthetic GPU profiles from the lab simulator.

@@ -36,15 +36,18 @@ import subprocess
 import sys
 import time
 import typing as t
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+
+import toolkit  # noqa: E402 -- the collection's own wheel layout code (module_utils/toolkit.py), reused by the lab
+
 STATE = os.environ.get("INFEROPS_LAB_STATE", os.path.join(ROOT, ".build", "lab"))
 PROFILES = os.path.join(HERE, "gpu", "profiles")
 
 SUITE = "bookworm"
-MIRROR = os.environ.get("INFEROPS_LAB_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_MIRROR = os.environ.get("INFEROPS_LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 BASE_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt", "iproute2", "ca-certificates",
     "sudo", "openssh-server", "g++", "procps", "less",
@@ -59,7 +62,7 @@ CUDA_128 = "/usr/local/cuda-12.8"
 CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
 VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
 # Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
-IMAGE_STEPS_VERSION = "1"
+IMAGE_STEPS_VERSION = "2"
 
 
 def log(message: str) -> None:
@@ -135,14 +138,14 @@ def mount_overlay(lowers: t.List[str], upper: str, work: str, merged: str) -> No
 def build_base() -> str:
     base = os.path.join(STATE, "base")
     stamp = os.path.join(STATE, "base.recipe")
-    recipe = recipe_hash([], [SUITE, MIRROR] + BASE_PACKAGES)
+    recipe = recipe_hash([], [SUITE, DEBIAN_MIRROR] + BASE_PACKAGES)
     if os.path.isdir(base) and stamp_matches(stamp, recipe):
         return base
     staging = base + ".staging"
     shutil.rmtree(staging, ignore_errors=True)
     started = time.monotonic()
     log("building the base root filesystem (debootstrap %s, about 2 minutes)" % SUITE)
-    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES), SUITE, staging, MIRROR])
+    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES), SUITE, staging, DEBIAN_MIRROR])
     run(["chroot", staging, "apt-get", "clean"])
     # The lab reaches nodes as root with a key; nothing else logs in.
     with open(os.path.join(staging, "etc", "ssh", "sshd_config.d", "lab.conf"), "w") as handle:
@@ -191,28 +194,9 @@ def find_wheel(wheels: str, requirement: str) -> str:
 def install_cuda_128(merged: str, wheels: str) -> None:
     """NVIDIA's real 12.8 pieces laid out as a toolkit, plus the SIMULATED nvcc front end."""
     prefix = merged + CUDA_128
-    for sub in ("bin", "include", "lib64", "nvvm"):
-        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
     for requirement in CUDA_128_WHEELS:
-        with zipfile.ZipFile(find_wheel(wheels, requirement)) as archive:
-            for info in archive.infolist():
-                parts = info.filename.split("/")
-                if len(parts) < 4 or parts[0] != "nvidia" or info.is_dir():
-                    continue
-                top = {"lib": "lib64"}.get(parts[2], parts[2])
-                if top not in ("bin", "include", "lib64", "nvvm"):
-                    continue
-                target = os.path.join(prefix, top, *parts[3:])
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with archive.open(info) as source, open(target, "wb") as handle:
-                    shutil.copyfileobj(source, handle)
-                mode = (info.external_attr >> 16) & 0o777
-                os.chmod(target, mode or (0o755 if top == "bin" else 0o644))
-    lib64 = os.path.join(prefix, "lib64")
-    if not os.path.exists(os.path.join(lib64, "libcudart.so")):
-        os.symlink("libcudart.so.12", os.path.join(lib64, "libcudart.so"))
-    if not os.path.lexists(os.path.join(prefix, "lib")):
-        os.symlink("lib64", os.path.join(prefix, "lib"))
+        toolkit.extract_wheel(find_wheel(wheels, requirement), prefix)
+    toolkit.finish_layout(prefix, "x86_64")
     shutil.copy(os.path.join(HERE, "cuda128", "nvcc"), os.path.join(prefix, "bin", "nvcc"))
     os.chmod(os.path.join(prefix, "bin", "nvcc"), 0o755)
     with open(os.path.join(prefix, "LAB-SIMULATION.txt"), "w") as handle:
@@ -228,6 +212,7 @@ def build_incident(base: str, wheels: str) -> str:
     layer = os.path.join(STATE, "incident")
     stamp = os.path.join(STATE, "incident.recipe")
     inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "sglang_standin", "LAB-NODE.txt")]
+    inputs.append(os.path.join(ROOT, "plugins", "module_utils", "toolkit.py"))
     recipe = recipe_hash(inputs + [VENV_REQUIREMENTS],
                          [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
     if os.path.isdir(layer) and stamp_matches(stamp, recipe):
@@ -305,6 +290,145 @@ def ssh_key() -> str:
         os.makedirs(os.path.dirname(key), exist_ok=True)
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "inferops-lab", "-f", key])
     return key
+
+
+# --- the lab mirror: a wheelhouse and an apt repository served to the nodes from the bridge address ---------
+
+MIRROR = os.path.join(STATE, "mirror")
+MIRROR_PORT = 8088
+MIRROR_URL = "http://%s:%d" % (GATEWAY, MIRROR_PORT)
+APT_DISTRIBUTION = "debian12/x86_64"
+APT_KEY_NAME = "lab-key.asc"
+CUDA_13_DEB = ("cuda-toolkit-13-0", "13.0.2-1")
+
+
+def cuda_toolkit_pins(release: str = "13.0") -> t.List[str]:
+    """The pins roles/cuda_toolkit installs with its pip method: one source for the role and the lab."""
+    import yaml  # noqa: PLC0415 -- labctl runs with the project venv's python, which has PyYAML
+
+    with open(os.path.join(ROOT, "roles", "cuda_toolkit", "vars", "main.yml")) as handle:
+        return list(yaml.safe_load(handle)["_cuda_toolkit_pip_releases"][release])
+
+
+def mirror_wheels() -> str:
+    """CUDA 13.0 wheels for the nodes' pip (a flat --find-links directory, as an air-gapped wheelhouse)."""
+    directory = os.path.join(MIRROR, "wheels")
+    pins = cuda_toolkit_pins()
+    stamp = os.path.join(directory, ".recipe")
+    recipe = recipe_hash([], pins)
+    if not stamp_matches(stamp, recipe):
+        os.makedirs(directory, exist_ok=True)
+        log("downloading the CUDA 13.0 wheels into the lab mirror (once)")
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--only-binary=:all:", "--dest", directory] + pins)
+        with open(stamp, "w") as handle:
+            handle.write(recipe + "\n")
+    return directory
+
+
+def build_apt_repo() -> str:
+    """A signed, flat apt repository (NVIDIA's layout) holding a real .deb of a real CUDA 13.0 toolkit.
+
+    The toolkit is laid out from NVIDIA's wheels by the collection's own code; the
+    package registers update-alternatives at priority 130 like NVIDIA's do. LAB: a
+    stand-in for NVIDIA's repository so the role's keyring, source, pin, hold and
+    alternatives logic run without NVIDIA's servers.
+    """
+    repo = os.path.join(MIRROR, "apt", APT_DISTRIBUTION)
+    stamp = os.path.join(repo, ".recipe")
+    wheels = mirror_wheels()
+    pins = cuda_toolkit_pins()
+    recipe = recipe_hash([os.path.join(ROOT, "plugins", "module_utils", "toolkit.py")], pins + list(CUDA_13_DEB) + ["apt-1"])
+    if stamp_matches(stamp, recipe):
+        return repo
+    started = time.monotonic()
+    log("building the lab apt repository (a real .deb of CUDA 13.0 laid out from NVIDIA's wheels)")
+    work = os.path.join(STATE, "aptbuild")
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(repo, ignore_errors=True)
+    root = os.path.join(work, "root")
+    prefix = os.path.join(root, "usr", "local", "cuda-13.0")
+    for path in toolkit.select_wheels(wheels, pins):
+        toolkit.extract_wheel(path, prefix)
+    toolkit.finish_layout(prefix, "x86_64")
+    with open(os.path.join(work, "stub.c"), "w") as handle:
+        handle.write(toolkit.stub_source())
+    run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", os.path.join(prefix, "lib64", "stubs", "libcuda.so"),
+         os.path.join(work, "stub.c")])
+    debian = os.path.join(root, "DEBIAN")
+    os.makedirs(debian)
+    package, version = CUDA_13_DEB
+    with open(os.path.join(debian, "control"), "w") as handle:
+        handle.write("Package: %s\nVersion: %s\nArchitecture: amd64\nMaintainer: inferops lab <lab@inferops.invalid>\n"
+                     "Section: devel\nPriority: optional\nDescription: LAB: CUDA 13.0 toolkit laid out from NVIDIA's wheels\n"
+                     " Built by the inferops.blackwell lab to stand in for NVIDIA's package of the same name.\n"
+                     % (package, version))
+    scripts = {
+        "postinst": "#!/bin/sh\nset -e\nupdate-alternatives --install /usr/local/cuda cuda /usr/local/cuda-13.0 130\n"
+                    "update-alternatives --install /usr/local/cuda-13 cuda-13 /usr/local/cuda-13.0 130\n",
+        "prerm": "#!/bin/sh\nset -e\nif [ \"$1\" = remove ]; then\n  update-alternatives --remove cuda /usr/local/cuda-13.0\n"
+                 "  update-alternatives --remove cuda-13 /usr/local/cuda-13.0\nfi\n",
+    }
+    for name, body in scripts.items():
+        with open(os.path.join(debian, name), "w") as handle:
+            handle.write(body)
+        os.chmod(os.path.join(debian, name), 0o755)
+    os.makedirs(repo)
+    run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", root,
+         os.path.join(repo, "%s_%s_amd64.deb" % (package, version))], stdout=subprocess.DEVNULL)
+    gnupg = os.path.join(STATE, "gnupg")
+    gpg = ["gpg", "--batch", "--quiet", "--homedir", gnupg]
+    if not os.path.isdir(gnupg):
+        os.makedirs(gnupg, mode=0o700)
+        run(gpg + ["--passphrase", "", "--quick-gen-key", "inferops lab apt <lab@inferops.invalid>", "ed25519", "sign", "never"])
+    with open(os.path.join(repo, APT_KEY_NAME), "w") as handle:
+        run(gpg + ["--armor", "--export"], stdout=handle)
+    with open(os.path.join(repo, "Packages"), "w") as handle:
+        run(["apt-ftparchive", "packages", "."], cwd=repo, stdout=handle)
+    with open(os.path.join(repo, "Release"), "w") as handle:
+        run(["apt-ftparchive", "release", "."], cwd=repo, stdout=handle)
+    run(gpg + ["--yes", "--clearsign", "-o", os.path.join(repo, "InRelease"), os.path.join(repo, "Release")])
+    run(gpg + ["--yes", "--armor", "--detach-sign", "-o", os.path.join(repo, "Release.gpg"), os.path.join(repo, "Release")])
+    shutil.rmtree(work, ignore_errors=True)
+    with open(stamp, "w") as handle:
+        handle.write(recipe + "\n")
+    record_measure("apt_repo_build_s", time.monotonic() - started)
+    return repo
+
+
+def mirror_pid() -> t.Optional[int]:
+    try:
+        with open(os.path.join(STATE, "mirror.pid")) as handle:
+            pid = int(handle.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            cmdline = handle.read()
+    except (OSError, ValueError):
+        return None
+    return pid if b"http.server" in cmdline and MIRROR.encode() in cmdline else None
+
+
+def serve_mirror() -> None:
+    """Serve .build/lab/mirror on the bridge address (nodes only; nothing outside the lab reaches it)."""
+    if mirror_pid() is not None:
+        return
+    os.makedirs(MIRROR, exist_ok=True)
+    with open(os.path.join(STATE, "mirror.log"), "ab") as logfile:
+        process = subprocess.Popen([sys.executable, "-m", "http.server", str(MIRROR_PORT), "--bind", GATEWAY, "--directory", MIRROR],
+                                   stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile, start_new_session=True)
+    with open(os.path.join(STATE, "mirror.pid"), "w") as handle:
+        handle.write("%d\n" % process.pid)
+    log("lab mirror at %s (pid %d)" % (MIRROR_URL, process.pid))
+
+
+def stop_mirror() -> None:
+    pid = mirror_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        log("lab mirror stopped")
+    try:
+        os.remove(os.path.join(STATE, "mirror.pid"))
+    except OSError:
+        pass
 
 
 # --- measurements -----------------------------------------------------------------------------------------
@@ -496,6 +620,7 @@ def up(name: str, profile: str, address: str) -> None:
         mount_overlay([incident, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
     write_node_files(node, profile, address)
     setup_network(node, address)
+    serve_mirror()
     boot(node)
     wait_running(node, address)
     record_measure("node_boot_s", time.monotonic() - started)
@@ -529,6 +654,8 @@ def down(name: str) -> None:
         remove_cgroup(cgroup)
     shutil.rmtree(node.dir, ignore_errors=True)
     log("%s is down" % name)
+    if not [other for other in known_nodes() if other != name]:
+        stop_mirror()
 
 
 def remove_cgroup(path: str) -> None:
@@ -584,6 +711,7 @@ def fleet_down() -> None:
     require_root()
     for name in known_nodes():
         down(name)
+    stop_mirror()
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode == 0:
         run(["ip", "link", "del", BRIDGE])
 
@@ -631,6 +759,8 @@ def main(argv: t.List[str]) -> int:
     fleet.add_argument("--inventory", default=os.path.join(ROOT, "inventories", "lab"))
     sub.add_parser("fleet-down", help="stop every lab node, remove the bridge")
     sub.add_parser("status", help="list lab nodes")
+    mirror = sub.add_parser("mirror", help="fill the lab mirror (CUDA 13.0 wheels; --apt: the signed apt repository too)")
+    mirror.add_argument("--apt", action="store_true")
     execute = sub.add_parser("exec", help="run a command inside a node (nsenter)")
     execute.add_argument("name")
     execute.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -648,6 +778,11 @@ def main(argv: t.List[str]) -> int:
         fleet_down()
     elif args.command == "status":
         status()
+    elif args.command == "mirror":
+        require_root()
+        mirror_wheels()
+        if args.apt:
+            build_apt_repo()
     elif args.command == "exec":
         return node_exec(Node(args.name), [c for c in args.cmd if c != "--"] or ["bash"], check=False).returncode
     return 0
