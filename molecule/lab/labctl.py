@@ -62,7 +62,7 @@ CUDA_128 = "/usr/local/cuda-12.8"
 CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
 VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
 # Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
-IMAGE_STEPS_VERSION = "2"
+IMAGE_STEPS_VERSION = "3"
 
 
 def log(message: str) -> None:
@@ -246,6 +246,9 @@ def build_incident(base: str, wheels: str) -> str:
         with open(merged + site + "/inferops_lab_torch_gpus.pth", "w") as handle:
             handle.write("import inferops_lab_torch_gpus\n")
 
+        # Lab nodes are air-gapped: their only package sources are the ones a role adds (the lab mirror).
+        with open(merged + "/etc/apt/sources.list", "w") as handle:
+            handle.write("# LAB: an air-gapped node; the Debian archive is not reachable from here.\n")
         os.makedirs(merged + "/usr/lib/inferops-lab", exist_ok=True)
         shutil.copy(os.path.join(HERE, "gpu", "nvidia_smi_sim.py"), merged + "/usr/lib/inferops-lab/nvidia_smi_sim.py")
         shutil.copy(os.path.join(HERE, "gpu", "nvidia-smi"), merged + "/usr/bin/nvidia-smi")
