@@ -25,7 +25,7 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: help venv debs link test lint ruff ansible-lint sanity units molecule fixtures lab lab-down clean
+.PHONY: help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -100,6 +100,10 @@ lab: debs venv link
 
 lab-down: venv
 	$(LABCTL) fleet-down
+
+# Rewrite the README's role sections from roles/*/meta/argument_specs.yml.
+docs: venv
+	$(BIN)/python tools/role_docs.py
 
 # Rewrite the canned nvidia-smi output of the synthetic GPU profiles from the lab simulator.
 fixtures:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import typing as t
+import zipfile
 
 import pytest
 
@@ -47,3 +48,42 @@ def canned() -> t.Callable[[str, str], SmiOutput]:
 @pytest.fixture
 def fixture_text() -> t.Callable[..., str]:
     return read_fixture
+
+
+# --- synthetic NVIDIA wheels (small zip files in the wheels' real layout) ---------------------------
+
+NVCC = "#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.88'\n"
+
+
+def _make_wheel(directory: t.Any, name: str, version: str, files: t.Dict[str, str], executable: t.Iterable[str] = ()) -> str:
+    path = os.path.join(str(directory), "%s-%s-py3-none-manylinux2014_x86_64.whl" % (name, version))
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, content in files.items():
+            info = zipfile.ZipInfo(member)
+            info.external_attr = (0o755 if member in executable else 0o644) << 16
+            archive.writestr(info, content)
+        archive.writestr("%s-%s.dist-info/METADATA" % (name, version), "Name: %s\n" % name)
+    return path
+
+
+def _cuda13_wheels(directory: t.Any, release: str = "13.0") -> t.List[str]:
+    return [
+        _make_wheel(directory, "nvidia_cuda_nvcc", "13.0.88", {
+            "nvidia/cu13/bin/nvcc": NVCC.format(release=release), "nvidia/cu13/bin/ptxas": "ptxas", "nvidia/cu13/bin/nvcc.profile": "TOP = $(_HERE_)/..\n",
+            "nvidia/cu13/include/crt/host_config.h": "/* crt */"}, executable=["nvidia/cu13/bin/nvcc", "nvidia/cu13/bin/ptxas"]),
+        _make_wheel(directory, "nvidia_cuda_runtime", "13.0.96", {
+            "nvidia/cu13/include/cuda_runtime.h": "/* rt */", "nvidia/cu13/lib/libcudart.so.13": "ELF"}),
+        _make_wheel(directory, "nvidia_nvvm", "13.0.88", {"nvidia/cu13/nvvm/bin/cicc": "cicc"}, executable=["nvidia/cu13/nvvm/bin/cicc"]),
+        _make_wheel(directory, "nvidia_curand", "10.4.0.35", {
+            "nvidia/cu13/include/curand_kernel.h": "/* curand */", "nvidia/cu13/lib/libcurand.so.10": "BIG ELF"}),
+    ]
+
+
+@pytest.fixture
+def make_wheel() -> t.Callable[..., str]:
+    return _make_wheel
+
+
+@pytest.fixture
+def cuda13_wheels() -> t.Callable[..., t.List[str]]:
+    return _cuda13_wheels

@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every role: defaults and argument_specs say the same, variables carry the role's prefix, the README is current."""
+
+from __future__ import annotations
+
+import os
+import sys
+import typing as t
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import role_docs  # noqa: E402 -- tools/role_docs.py
+
+ROLES = role_docs.roles()
+
+
+def test_the_roles_exist() -> None:
+    assert {"cuda_toolkit", "cuda_env"} <= set(ROLES)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_have_the_same_keys_and_defaults(role: str) -> None:
+    defaults = role_docs.load(role, "defaults/main.yml")
+    options = role_docs.load(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert sorted(defaults) == sorted(options)
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+        assert options[name].get("description"), name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_public_variables_carry_the_role_prefix_and_internals_an_underscore(role: str) -> None:
+    assert [name for name in role_docs.load(role, "defaults/main.yml") if not name.startswith(role + "_")] == []
+    internals = role_docs.load(role, "vars/main.yml") or {}
+    assert [name for name in internals if not name.startswith("_" + role + "_")] == []
+
+
+def test_readme_role_sections_are_generated_from_argument_specs() -> None:
+    with open(os.path.join(ROOT, "README.md")) as handle:
+        readme = handle.read()
+    assert role_docs.BEGIN in readme, "README.md lacks the generated role sections"
+    assert role_docs.rewrite(readme) == readme, "README.md role sections are stale: run `make docs`"
+
+
+def test_rendered_section_lists_every_variable() -> None:
+    section: t.List[str] = role_docs.render_role("cuda_env").splitlines()
+    assert section[0] == "### inferops.blackwell.cuda_env"
+    assert any(line.startswith("| `cuda_env_cuda_home` | path | `/usr/local/cuda-13.0` |") for line in section)
