@@ -18,6 +18,8 @@ import typing as t
 import zipfile
 
 MANIFEST = ".inferops-toolkit.json"
+# Bumped when the layout itself changes, so toolkits laid out by older code are redone (2: file modes normalised).
+LAYOUT_VERSION = 2
 # Wheel directories and where they go in the toolkit (lib -> lib64, as NVIDIA's packages have it).
 _WHEEL_DIRS = {"bin": "bin", "include": "include", "lib": "lib64", "nvvm": "nvvm"}
 # Wheels of which only the headers are needed (FlashInfer's sampling kernels include curand headers).
@@ -73,7 +75,7 @@ def manifest_for(wheels: t.Iterable[str], release: str, machine: str) -> t.Dict[
                 digest.update(block)
         name, version = wheel_identity(path)
         entries.append({"name": name, "version": version, "sha256": digest.hexdigest()})
-    return {"release": release, "target": target_dir(machine), "wheels": entries}
+    return {"layout": LAYOUT_VERSION, "release": release, "target": target_dir(machine), "wheels": entries}
 
 
 def read_manifest(prefix: str) -> t.Optional[t.Dict[str, t.Any]]:
@@ -108,8 +110,11 @@ def extract_wheel(path: str, staging: str) -> int:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with archive.open(info) as source, open(target, "wb") as handle:
                 shutil.copyfileobj(source, handle)
+            # Every user runs a toolkit (the services are not root): 0755 for programs, 0644 for the rest,
+            # whatever the wheel recorded (some record 0744 or 0700).
             mode = (info.external_attr >> 16) & 0o777
-            os.chmod(target, mode if mode else (0o755 if top == "bin" or "/bin/" in relative else 0o644))
+            executable = bool(mode & 0o111) if mode else (top == "bin" or "/bin/" in relative)
+            os.chmod(target, 0o755 if executable else 0o644)
             written += 1
     return written
 

@@ -60,7 +60,8 @@ def _make_wheel(directory: t.Any, name: str, version: str, files: t.Dict[str, st
     with zipfile.ZipFile(path, "w") as archive:
         for member, content in files.items():
             info = zipfile.ZipInfo(member)
-            info.external_attr = (0o755 if member in executable else 0o644) << 16
+            # as some of NVIDIA's wheels record them: owner-only permissions
+            info.external_attr = (0o744 if member in executable else 0o600) << 16
             archive.writestr(info, content)
         archive.writestr("%s-%s.dist-info/METADATA" % (name, version), "Name: %s\n" % name)
     return path

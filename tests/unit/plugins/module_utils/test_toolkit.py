@@ -18,6 +18,10 @@ def test_wheels_become_a_toolkit_layout(tmp_path: t.Any, cuda13_wheels: t.Callab
         toolkit.extract_wheel(wheel, str(staging))
     toolkit.finish_layout(str(staging), "x86_64")
     assert os.access(staging / "bin" / "nvcc", os.X_OK)
+    # readable and runnable by the (non-root) service user, whatever the wheel recorded
+    assert (staging / "bin" / "nvcc").stat().st_mode & 0o777 == 0o755
+    assert (staging / "nvvm" / "bin" / "cicc").stat().st_mode & 0o777 == 0o755
+    assert (staging / "include" / "cuda_runtime.h").stat().st_mode & 0o777 == 0o644
     assert not (staging / "bin").is_symlink()  # nvcc finds its root through the path it was called by
     assert (staging / "include" / "curand_kernel.h").exists()
     assert not (staging / "lib64" / "libcurand.so.10").exists()  # only curand's headers
