@@ -8,13 +8,12 @@ The real update-alternatives on real packages is exercised by molecule/toolkit_a
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.blackwell.plugins.modules import cuda_alternatives
+from module_runner import run_module
 
 
 class FakeAlternatives:
@@ -66,11 +65,7 @@ def run(capsys: pytest.CaptureFixture[str], tmp_path: t.Any, check_mode: bool = 
     prefix.mkdir(exist_ok=True)
     args: t.Dict[str, t.Any] = {"prefix": str(prefix), "priority": 130, "link_root": str(tmp_path)}
     args.update(params)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    with patch_module_args(args), pytest.raises(SystemExit):
-        cuda_alternatives.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(cuda_alternatives.main, capsys, args, check_mode)
 
 
 def test_system_12_8_keeps_the_default(alternatives: FakeAlternatives, tmp_path: t.Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,18 +11,14 @@ import subprocess
 import typing as t
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.blackwell.plugins.modules import cuda_wheel_toolkit
+from module_runner import run_module
 
 PINS = ["nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime==13.0.96", "nvidia-nvvm==13.0.88", "nvidia-curand==10.4.0.35"]
 
 
 def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
-    if check_mode:
-        params["_ansible_check_mode"] = True
-    with patch_module_args(params), pytest.raises(SystemExit):
-        cuda_wheel_toolkit.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(cuda_wheel_toolkit.main, capsys, params, check_mode)
 
 
 @pytest.fixture

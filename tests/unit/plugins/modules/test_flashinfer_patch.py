@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import typing as t
 import zipfile
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.blackwell.plugins.modules import flashinfer_patch
+from module_runner import run_module
 
 WHEEL_CACHE = os.path.expanduser("~/.cache/inferops-test")
 
@@ -48,11 +47,7 @@ def venv(tmp_path: t.Any, original: bytes) -> t.Any:
 
 
 def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
-    if check_mode:
-        params["_ansible_check_mode"] = True
-    with patch_module_args(params), pytest.raises(SystemExit):
-        flashinfer_patch.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(flashinfer_patch.main, capsys, params, check_mode)
 
 
 def target(venv: t.Any) -> t.Any:

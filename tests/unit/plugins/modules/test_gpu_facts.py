@@ -17,8 +17,8 @@ import typing as t
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.blackwell.plugins.modules import gpu_facts
+from module_runner import run_module
 
 NVCC = """#!/bin/sh
 echo "nvcc: NVIDIA (R) Cuda compiler driver"
@@ -83,11 +83,7 @@ class Node:
         self.monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
         params = {"toolkit_root": str(self.root), "default_toolkit_link": str(self.root / "cuda")}
         params.update(args)
-        if check_mode:
-            params["_ansible_check_mode"] = True
-        with patch_module_args(params), pytest.raises(SystemExit):
-            gpu_facts.main()
-        return json.loads(capsys.readouterr().out)
+        return run_module(gpu_facts.main, capsys, params, check_mode)
 
 
 @pytest.fixture
