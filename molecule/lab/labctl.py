@@ -658,7 +658,9 @@ def down(name: str) -> None:
     shutil.rmtree(node.dir, ignore_errors=True)
     log("%s is down" % name)
     if not [other for other in known_nodes() if other != name]:
+        # the last node: nothing of the lab stays on the host
         stop_mirror()
+        remove_bridge()
 
 
 def remove_cgroup(path: str) -> None:
@@ -715,6 +717,10 @@ def fleet_down() -> None:
     for name in known_nodes():
         down(name)
     stop_mirror()
+    remove_bridge()
+
+
+def remove_bridge() -> None:
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode == 0:
         run(["ip", "link", "del", BRIDGE])
 
