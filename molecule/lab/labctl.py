@@ -62,7 +62,7 @@ CUDA_128 = "/usr/local/cuda-12.8"
 CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
 VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
 # Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
-IMAGE_STEPS_VERSION = "3"
+IMAGE_STEPS_VERSION = "4"
 
 
 def log(message: str) -> None:
@@ -182,20 +182,11 @@ def fetch_wheels() -> str:
     return wheels
 
 
-def find_wheel(wheels: str, requirement: str) -> str:
-    name, version = requirement.split("==")
-    prefix = "%s-%s-" % (name.replace("-", "_"), version)
-    for entry in os.listdir(wheels):
-        if entry.lower().startswith(prefix.lower()):
-            return os.path.join(wheels, entry)
-    raise SystemExit("labctl: no wheel for %s in %s" % (requirement, wheels))
-
-
 def install_cuda_128(merged: str, wheels: str) -> None:
     """NVIDIA's real 12.8 pieces laid out as a toolkit, plus the SIMULATED nvcc front end."""
     prefix = merged + CUDA_128
-    for requirement in CUDA_128_WHEELS:
-        toolkit.extract_wheel(find_wheel(wheels, requirement), prefix)
+    for path in toolkit.select_wheels(wheels, CUDA_128_WHEELS):
+        toolkit.extract_wheel(path, prefix)
     toolkit.finish_layout(prefix, "x86_64")
     shutil.copy(os.path.join(HERE, "cuda128", "nvcc"), os.path.join(prefix, "bin", "nvcc"))
     os.chmod(os.path.join(prefix, "bin", "nvcc"), 0o755)
