@@ -100,12 +100,22 @@ def recipe_hash(paths: t.Iterable[str], extra: t.Iterable[str] = ()) -> str:
     return digest.hexdigest()[:16]
 
 
-def stamp_matches(path: str, value: str) -> bool:
+def stamp_value(path: str) -> str:
+    """What a layer's stamp file records ("" when there is none)."""
     try:
         with open(path) as handle:
-            return handle.read().strip() == value
+            return handle.read().strip()
     except OSError:
-        return False
+        return ""
+
+
+def stamp_matches(path: str, value: str) -> bool:
+    return stamp_value(path) == value
+
+
+def write_stamp(path: str, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value + "\n")
 
 
 # --- mounts -------------------------------------------------------------------------------------------
@@ -152,8 +162,7 @@ def build_base() -> str:
         handle.write("PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
     shutil.rmtree(base, ignore_errors=True)
     os.rename(staging, base)
-    with open(stamp, "w") as handle:
-        handle.write(recipe + "\n")
+    write_stamp(stamp, recipe)
     record_measure("base_build_s", time.monotonic() - started)
     return base
 
@@ -177,8 +186,7 @@ def fetch_wheels() -> str:
     log("downloading wheels for the SGLang venv and the 12.8 toolkit pieces (once, into %s)" % wheels)
     run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
          "--only-binary=:all:", "--dest", wheels] + wanted)
-    with open(stamp, "w") as handle:
-        handle.write(recipe + "\n")
+    write_stamp(stamp, recipe)
     return wheels
 
 
@@ -255,18 +263,9 @@ def build_incident(base: str, wheels: str) -> str:
     shutil.rmtree(layer, ignore_errors=True)
     os.rename(upper, layer)
     shutil.rmtree(staging, ignore_errors=True)
-    with open(stamp, "w") as handle:
-        handle.write(recipe + "\n")
+    write_stamp(stamp, recipe)
     record_measure("incident_image_build_s", time.monotonic() - started)
     return layer
-
-
-def stamp_value(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def build() -> t.Tuple[str, str]:
@@ -315,8 +314,7 @@ def mirror_wheels() -> str:
         log("downloading the CUDA 13.0 wheels into the lab mirror (once)")
         run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
              "--only-binary=:all:", "--dest", directory] + pins)
-        with open(stamp, "w") as handle:
-            handle.write(recipe + "\n")
+        write_stamp(stamp, recipe)
     return directory
 
 
@@ -384,8 +382,7 @@ def build_apt_repo() -> str:
     run(gpg + ["--yes", "--clearsign", "-o", os.path.join(repo, "InRelease"), os.path.join(repo, "Release")])
     run(gpg + ["--yes", "--armor", "--detach-sign", "-o", os.path.join(repo, "Release.gpg"), os.path.join(repo, "Release")])
     shutil.rmtree(work, ignore_errors=True)
-    with open(stamp, "w") as handle:
-        handle.write(recipe + "\n")
+    write_stamp(stamp, recipe)
     record_measure("apt_repo_build_s", time.monotonic() - started)
     return repo
 

@@ -99,6 +99,15 @@ def patched_content(original: bytes) -> bytes:
     return text.replace(ORIGINAL_LINE, PATCHED_LINE, 1).encode("utf-8")
 
 
+def replace_content(path: str, data: bytes) -> None:
+    """Write data to path through a temporary file beside it, keeping the mode, so the file is never half-written."""
+    temporary = path + ".inferops-tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+    shutil.copymode(path, temporary)
+    os.replace(temporary, path)
+
+
 def find(module: AnsibleModule, venv: str) -> t.Tuple[str, str]:
     """(version, path of compilation_context.py) in the venv's site-packages."""
     sites = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
@@ -146,15 +155,9 @@ def main() -> None:
     if changed and not module.check_mode:
         if want_patched:
             shutil.copy2(path, backup)
-            with open(path + ".inferops-tmp", "wb") as handle:
-                handle.write(patched_content(original))
-            shutil.copymode(path, path + ".inferops-tmp")
-            os.replace(path + ".inferops-tmp", path)
+            replace_content(path, patched_content(original))
         else:
-            with open(path + ".inferops-tmp", "wb") as handle:
-                handle.write(original)
-            shutil.copymode(path, path + ".inferops-tmp")
-            os.replace(path + ".inferops-tmp", path)
+            replace_content(path, original)
             os.remove(backup)
         for cached in glob.glob(os.path.join(os.path.dirname(path), "__pycache__", "compilation_context.*.pyc")):
             os.remove(cached)
