@@ -13,6 +13,7 @@ COLUMNS = (
     ("host", "HOST"),
     ("gpus", "GPUS"),
     ("sm", "SM"),
+    ("interconnect", "LINK"),
     ("flashinfer_arch_list", "FLASHINFER ARCH"),
     ("toolkits", "TOOLKITS (* = /usr/local/cuda)"),
     ("verdict", "VERDICT"),
@@ -30,6 +31,12 @@ def _toolkits(facts: t.Mapping[str, t.Any]) -> str:
     return " ".join(names) or "-"
 
 
+def _empty_row(host: str, verdict: str, message: str) -> t.Dict[str, str]:
+    row = {key: "-" for key, title in COLUMNS}
+    row.update(host=host, verdict=verdict, verdict_message=message)
+    return row
+
+
 def fleet_summary(facts_by_host: t.Mapping[str, t.Any], unreported: t.Optional[t.Iterable[str]] = None) -> t.Dict[str, t.Any]:
     """One row per host from its inferops_gpu fact; hosts without the fact are rows too.
 
@@ -43,21 +50,20 @@ def fleet_summary(facts_by_host: t.Mapping[str, t.Any], unreported: t.Optional[t
     for host in sorted(facts_by_host):
         facts = facts_by_host[host]
         if not facts:
-            rows.append({"host": host, "gpus": "-", "sm": "-", "flashinfer_arch_list": "-", "toolkits": "-",
-                         "verdict": "no_facts", "verdict_message": "gpu_facts did not run on this host"})
+            rows.append(_empty_row(host, "no_facts", "gpu_facts did not run on this host"))
             continue
         rows.append({
             "host": host,
             "gpus": facts.get("gpu_summary") or "-",
             "sm": " ".join(facts.get("capabilities") or []) or "-",
+            "interconnect": facts.get("interconnect") or "-",
             "flashinfer_arch_list": facts.get("flashinfer_arch_list") or "-",
             "toolkits": _toolkits(facts),
             "verdict": facts.get("verdict") or "-",
             "verdict_message": facts.get("verdict_message") or "",
         })
     for host in sorted(set(unreported or []) - set(facts_by_host)):
-        rows.append({"host": host, "gpus": "-", "sm": "-", "flashinfer_arch_list": "-", "toolkits": "-",
-                     "verdict": "unreachable", "verdict_message": "failed or unreachable before gpu_facts"})
+        rows.append(_empty_row(host, "unreachable", "failed or unreachable before gpu_facts"))
     counts: t.Dict[str, int] = {}
     for row in rows:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1

@@ -34,6 +34,16 @@ def profile_output(profile: str, call: str) -> SmiOutput:
     return SmiOutput(int(read_fixture("nvidia-smi", profile, call + ".rc")), read_fixture("nvidia-smi", profile, call + ".txt"))
 
 
+def real_host_output(host: str, call: str) -> SmiOutput:
+    """Real output of one gpu_facts call captured on a lent host (fixtures/real-h200-x2/ and the like)."""
+    return SmiOutput(int(read_fixture(host, call + ".rc")), read_fixture(host, call + ".txt"))
+
+
+@pytest.fixture
+def real_host() -> t.Callable[[str, str], SmiOutput]:
+    return real_host_output
+
+
 @pytest.fixture
 def real_h200() -> t.Dict[str, str]:
     sections = real_h200_sections()

@@ -16,6 +16,7 @@ def facts(verdict: str, toolkits: t.List[t.Tuple[str, str]], default: t.Optional
     return {
         "gpu_summary": "8x NVIDIA RTX PRO 6000 Blackwell Server Edition",
         "capabilities": ["12.0"],
+        "interconnect": "PCIe",
         "flashinfer_arch_list": "12.0f",
         "toolkits": [{"path": path, "version": version} for path, version in toolkits],
         "default_toolkit": {"resolves_to": default},
@@ -34,7 +35,9 @@ def test_summary_rows_mark_the_default_toolkit_and_count_verdicts() -> None:
     assert rows["pro-1"]["toolkits"] == "12.8*"
     assert rows["pro-2"]["toolkits"] == "12.8* 13.0"
     assert rows["pro-2"]["sm"] == "12.0"
+    assert rows["pro-1"]["interconnect"] == "PCIe"
     assert rows["cpu-1"]["verdict"] == "no_facts"
+    assert rows["cpu-1"]["interconnect"] == "-"
     assert rows["down-1"]["verdict"] == "unreachable"
     assert summary["verdict_counts"] == {"needs_toolkit": 1, "ready": 1, "no_facts": 1, "unreachable": 1}
 
@@ -45,7 +48,7 @@ def test_table_has_header_a_row_per_host_totals_and_the_reasons() -> None:
         "pro-1": facts("needs_toolkit", [("/usr/local/cuda-12.8", "12.8")], "/usr/local/cuda-12.8"),
     })
     lines = fleet.fleet_table(summary)
-    assert lines[0].split() == ["HOST", "GPUS", "SM", "FLASHINFER", "ARCH", "TOOLKITS", "(*", "=", "/usr/local/cuda)", "VERDICT"]
+    assert lines[0].split() == ["HOST", "GPUS", "SM", "LINK", "FLASHINFER", "ARCH", "TOOLKITS", "(*", "=", "/usr/local/cuda)", "VERDICT"]
     assert lines[1].startswith("b300-1 ")
     assert lines[1].endswith("ready")
     assert "12.0f" in lines[2] and lines[2].endswith("needs_toolkit")

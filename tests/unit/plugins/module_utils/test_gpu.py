@@ -64,6 +64,13 @@ def test_real_h200_topology_of_one_gpu_has_no_links(real_h200: t.Dict[str, str])
     assert gpu.parse_topology(real_h200["topo"], "nvidia-smi topo -m", 1) == {"interconnect": "none", "links": {}}
 
 
+def test_real_two_gpu_h200_host_is_nvlink(real_host: t.Callable[..., t.Any]) -> None:
+    gpus = gpu.parse_query_gpu(real_host("real-h200-x2", "query").out, QUERY)
+    assert [(g["index"], g["pci_bus_id"]) for g in gpus] == [(0, "00000000:00:06.0"), (1, "00000000:00:07.0")]
+    topology = gpu.parse_topology(real_host("real-h200-x2", "topo").out, "nvidia-smi topo -m", len(gpus))
+    assert topology == {"interconnect": "NVLink", "links": {"0-1": "NV18"}}
+
+
 def test_query_without_header_is_refused_naming_command_and_line(real_h200: t.Dict[str, str]) -> None:
     with pytest.raises(gpu.NvidiaSmiParseError) as caught:
         gpu.parse_query_gpu(real_h200["query_noheader"], QUERY)

@@ -247,3 +247,23 @@ def test_extra_toolkit_path_and_version_json_only_toolkit(node: Node, canned: t.
     assert facts["toolkits"][0]["version_source"] == "version.json"
     assert facts["toolkits"][0]["serves_gpus"] is False
     assert facts["verdict"] == "needs_toolkit"
+
+
+def test_real_two_gpu_h200_host_end_to_end(node: Node, real_host: t.Callable[..., t.Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """The three calls answered with what a lent 2x H200 host printed (fixtures/real-h200-x2)."""
+    node.add_nvidia_smi()
+    node.answer_profile(real_host, "real-h200-x2")
+    node.add_toolkit("13.0", "13.0.88", alias="cuda-13")
+    node.set_default("13.0")
+    facts = node.run(capsys)["ansible_facts"]["inferops_gpu"]
+    assert [call[1:] for call in node.smi_calls][2] == ["topo", "-m"]
+    assert facts["gpu_count"] == 2
+    assert [(g["index"], g["uuid"], g["pci_bus_id"], g["memory_total_mib"]) for g in facts["gpus"]] == [
+        (0, "GPU-fd969fe7-b3f0-e2ef-e26d-80805aa0bcdd", "00000000:00:06.0", 143771),
+        (1, "GPU-6f3da3db-a315-6d4f-c6b9-9624e566a019", "00000000:00:07.0", 143771),
+    ]
+    assert facts["interconnect"] == "NVLink"
+    assert facts["links"] == {"0-1": "NV18"}
+    assert facts["driver_cuda_version"] == "13.0"
+    assert facts["flashinfer_arch_list"] == "9.0a"
+    assert facts["verdict"] == "ready"
