@@ -109,7 +109,7 @@ def test_installed_facts_playbook_reports_the_fleet(installed: t.Dict[str, t.Any
     command = ["ansible-playbook", "-i", str(inventory), "inferops.blackwell.facts", "-e", "facts_report_path=%s" % report]
     out = run(command, installed["env"], cwd=str(tmp))
     assert re.search(r"pro-1\s+8x NVIDIA RTX PRO 6000 Blackwell Server Edition\s+12\.0\s+PCIe\s+12\.0f\s", out), out
-    assert re.search(r"b300-1\s+8x NVIDIA B300 SXM6 AC\s+10\.3\s+10\.3a\s", out), out
+    assert re.search(r"b300-1\s+8x NVIDIA B300 SXM6 AC\s+10\.3\s+NVLink\s+10\.3a\s", out), out
     assert re.search(r"cpu-1\s+no GPU\s+-\s+-\s.*no_gpu", out), out
     data = json.loads(report.read_text())
     rows = {row["host"]: row for row in data["hosts"]}
