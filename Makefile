@@ -25,7 +25,7 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -84,19 +84,36 @@ units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
 # molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
-MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt flashinfer_strategies jit_pin
+MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt flashinfer_strategies default remediation
 molecule: debs venv link
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
 
+# The whole story on a fresh two-node lab fleet (SIMULATED GPUs and SGLang; real systemd, toolkit, FlashInfer, compiles).
+LAB_PLAY := $(BIN)/ansible-playbook -i $(LAB_INVENTORY)
 lab: debs venv link
+	$(LABCTL) fleet-down
 	$(LABCTL) fleet-up --inventory $(LAB_INVENTORY)
-	$(BIN)/ansible-playbook -i $(LAB_INVENTORY) playbooks/facts.yml
+	$(LABCTL) mirror
+	@echo; echo "== 1/4 The fleet as delivered: system CUDA 12.8 only (playbooks/facts.yml)"
+	$(LAB_PLAY) playbooks/facts.yml -e facts_report_path=$(BUILD)/lab/fleet-facts-before.json
+	@echo; echo "== 2/4 The incident: SGLang started the old way on lab-pro6000-1 dies at its first sampling call"
+	$(LAB_PLAY) molecule/lab/show_incident.yml --limit lab-pro6000-1
+	@echo; echo "== 3/4 The fix: playbooks/site.yml (JIT compiles take minutes on few cores)"
+	$(LAB_PLAY) playbooks/site.yml
+	@echo; echo "== 4/4 The fleet now (playbooks/facts.yml); services above: healthy"
+	$(LAB_PLAY) playbooks/facts.yml -e facts_report_path=$(BUILD)/lab/fleet-facts-after.json
 	@echo
-	@echo "The lab fleet is up (GPUs, nvcc 12.8 front end and SGLang are SIMULATED; systemd and FlashInfer are real):"
+	@echo "The lab fleet is up (GPUs, nvcc 12.8 front end, models and SGLang are SIMULATED; systemd, CUDA 13.0, FlashInfer are real):"
 	@$(LABCTL) status
-	@echo "  ansible -i $(LAB_INVENTORY) all -m ping"
-	@echo "  ssh -i .build/lab/ssh/id_ed25519 root@10.213.0.11     (or: $(LABCTL) exec lab-pro6000-1 -- bash)"
-	@echo "  make lab-down    when done"
+	@echo "  curl http://10.213.0.11:30000/health is not reachable from here by design: services listen on the node's loopback"
+	@echo "  $(LABCTL) exec lab-pro6000-1 -- systemctl status sglang-ar     (or: ssh -i .build/lab/ssh/id_ed25519 root@10.213.0.11)"
+	@echo "  make lab-remediate   wipe lab-pro6000-1's JIT cache, kill its service, run playbooks/remediate.yml"
+	@echo "  make lab-down        when done"
+
+# After `make lab`: the damage remediate.yml exists for, on one node, then the remediation of the whole fleet.
+lab-remediate: venv link
+	$(LAB_PLAY) molecule/lab/damage.yml
+	$(LAB_PLAY) playbooks/remediate.yml -e remediate_report_path=$(BUILD)/lab/remediate-report.json
 
 lab-down: venv
 	$(LABCTL) fleet-down

@@ -210,7 +210,7 @@ def chroot(merged: str, command: t.List[str]) -> None:
 def build_incident(base: str, wheels: str) -> str:
     layer = os.path.join(STATE, "incident")
     stamp = os.path.join(STATE, "incident.recipe")
-    inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "sglang_standin", "LAB-NODE.txt")]
+    inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "sglang_standin", "models", "LAB-NODE.txt")]
     inputs.append(os.path.join(ROOT, "plugins", "module_utils", "toolkit.py"))
     recipe = recipe_hash(inputs + [VENV_REQUIREMENTS],
                          [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
@@ -255,6 +255,8 @@ def build_incident(base: str, wheels: str) -> str:
         os.makedirs(merged + "/etc/inferops-lab", exist_ok=True)
         shutil.copy(os.path.join(HERE, "LAB-NODE.txt"), merged + "/etc/inferops-lab/README")
         shutil.copy(os.path.join(HERE, "LAB-NODE.txt"), merged + "/etc/motd")
+        # SIMULATED models: config.json only (the stand-in reads the attention shape; nothing is loaded).
+        shutil.copytree(os.path.join(HERE, "models"), merged + "/models")
         chroot(merged, ["python3", "-m", "compileall", "-q", site + "/sglang"])
     finally:
         unmount_all(merged)

@@ -53,10 +53,15 @@ def make_spec(name):
     import torch
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     head_dim = int(head_dim)
+    # SGLang's FlashInfer attention backend: paged KV cache, int32 indices, no positional encoding in the kernel,
+    # no sliding window, no logits soft cap (a model that uses them builds other variants at its first request).
     if kind == "batch_decode":
         from flashinfer.jit.attention import gen_batch_decode_module
         return gen_batch_decode_module(dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False)
-    raise ValueError("unknown module %r (known: sampling, batch_decode:<bf16|fp16>:<head_dim>)" % name)
+    if kind == "batch_prefill":
+        from flashinfer.jit.attention import gen_batch_prefill_module
+        return gen_batch_prefill_module("fa2", dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False, False)
+    raise ValueError("unknown module %r (known: sampling, <batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>)" % name)
 
 def unheld(path):
     try:

@@ -8,7 +8,9 @@ one). It takes SGLang's flags for the autoregressive and the speculative service
 refuses what SGLang refuses, and starts FlashInfer the way SGLang does as far as
 FlashInfer is concerned: `import flashinfer` (which resolves the target arch set from
 the GPUs and the nvcc at CUDA_HOME), then the sampling module -- JIT build or cache
-lookup and load -- on the first sampling call of the warm-up. It serves /health,
+lookup and load -- on the first sampling call of the warm-up, and with FlashInfer
+attention the paged decode and prefill modules for the dtype and head dim in the
+model directory's config.json. It serves /health,
 /health_generate, /v1/models and /model_info. It never loads a model or runs a kernel.
 """
 
@@ -130,9 +132,10 @@ def default_backends(args: argparse.Namespace, capabilities: t.List[t.Tuple[int,
     if args.sampling_backend is None:
         args.sampling_backend = "flashinfer"
     if args.attention_backend is None:
-        # Hopper-only hosts get fa3; everything else here is served by FlashInfer's attention (SM 12.x's default).
+        # Hopper gets fa3; SM 10.x trtllm_mha (recent SGLang's pick there for many models; its kernels are not
+        # simulated); SM 12.x and the rest FlashInfer's attention, SGLang's default on SM 12.x.
         majors = {major for major, _minor in capabilities}
-        args.attention_backend = "fa3" if majors == {9} else "flashinfer"
+        args.attention_backend = "fa3" if majors == {9} else "trtllm_mha" if majors == {10} else "flashinfer"
 
 
 def warm_up_flashinfer(args: argparse.Namespace) -> t.Dict[str, t.Any]:
@@ -155,6 +158,38 @@ def warm_up_flashinfer(args: argparse.Namespace) -> t.Dict[str, t.Any]:
     result.update({"flashinfer_version": flashinfer.__version__, "archs": archs, "sampling_cached": cached,
                    "sampling_library": str(spec.get_library_path()), "sampling_seconds": round(time.monotonic() - started, 1)})
     LOG.info("sampling module ready in %.1f s", result["sampling_seconds"])
+    if args.attention_backend == "flashinfer":
+        result["attention"] = warm_up_attention(args.model_path)
+    return result
+
+
+def model_attention_shape(model_path: str) -> t.Tuple[str, int]:
+    """dtype and head dim from the model's config.json, the way SGLang reads them."""
+    with open(os.path.join(model_path, "config.json")) as handle:
+        config = json.load(handle)
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    dtype = {"bfloat16": "bf16", "float16": "fp16"}[config.get("torch_dtype", "bfloat16")]
+    return dtype, int(head_dim)
+
+
+def warm_up_attention(model_path: str) -> t.Dict[str, t.Any]:
+    """FlashInfer's paged decode and prefill modules for the model's dtype and head dim: cache lookup, else JIT build."""
+    import torch  # noqa: PLC0415
+    from flashinfer.jit.attention import gen_batch_decode_module, gen_batch_prefill_module  # noqa: PLC0415
+
+    dtype_name, head_dim = model_attention_shape(model_path)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    specs = {
+        "decode": gen_batch_decode_module(dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False),
+        "prefill": gen_batch_prefill_module("fa2", dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False, False),
+    }
+    result = {}
+    for kind, spec in specs.items():
+        cached = spec.is_compiled
+        LOG.info("attention %s module (%s, head_dim %d): %s", kind, dtype_name, head_dim,
+                 "cached at %s" % spec.get_library_path() if cached else "not cached: JIT compiling")
+        spec.build_and_load()
+        result[kind] = {"cached": cached, "library": str(spec.get_library_path())}
     return result
 
 

@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller-side plan of a node's SGLang services: every input checked against its GPUs, one place.
+
+The sglang_service role asserts that the plan has no problems before it changes anything,
+then renders units and configuration files from the plan alone.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+# unit name -> the role variable that describes it (for messages that name what to change)
+SERVICES = {"sglang-ar": "sglang_service_ar", "sglang-spec": "sglang_service_spec"}
+KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# flags the role writes itself; extra_args may not set them
+MANAGED_FLAGS = frozenset((
+    "model-path", "model", "served-model-name", "host", "port", "tp-size", "tp", "tensor-parallel-size", "dp-size", "dp",
+    "data-parallel-size", "attention-backend", "sampling-backend", "mem-fraction-static", "speculative-algorithm",
+    "speculative-draft-model-path", "speculative-draft-model", "speculative-num-steps", "speculative-eagle-topk",
+    "speculative-num-draft-tokens", "speculative-dflash-block-size", "base-gpu-id", "config",
+))
+_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def _capabilities(gpu_facts: t.Mapping[str, t.Any], indexes: t.Iterable[int]) -> t.Set[t.Tuple[int, int]]:
+    by_index = {g["index"]: g["compute_capability"] for g in gpu_facts.get("gpus") or []}
+    return {(by_index[i]["major"], by_index[i]["minor"]) for i in indexes if i in by_index}
+
+
+def _attention(var: str, wanted: str, capabilities: t.Set[t.Tuple[int, int]], problems: t.List[str]) -> t.Optional[str]:
+    majors = {major for major, _minor in capabilities}
+    if wanted == "auto":
+        # SGLang's default attention backend on SM 12.x is FlashInfer's; elsewhere SGLang picks its own.
+        return "flashinfer" if 12 in majors else None
+    if wanted == "fa3" and majors != {9}:
+        problems.append("%s.attention_backend=fa3 runs on Hopper (SM 9.x) only; these GPUs are SM %s: use auto or flashinfer"
+                        % (var, ", ".join("%d.%d" % c for c in sorted(capabilities))))
+    if wanted == "trtllm_mha" and 12 in majors:
+        problems.append("%s.attention_backend=trtllm_mha does not support SM 12.x: use auto (flashinfer) or triton" % var)
+    return wanted
+
+
+def _health_host(host: str) -> str:
+    if host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return "[%s]" % host if ":" in host else host
+
+
+def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[str, t.Any], health_path: str,
+              problems: t.List[str]) -> t.Dict[str, t.Any]:
+    var = SERVICES[name]
+    gpu_count = int(gpu_facts.get("gpu_count") or 0)
+    gpus = [int(i) for i in settings.get("gpus") or range(gpu_count)]
+    outside = sorted({i for i in gpus if not 0 <= i < gpu_count})
+    if outside:
+        problems.append("%s.gpus lists GPU %s; this node has GPUs 0-%d" % (var, ", ".join(map(str, outside)), gpu_count - 1))
+    if len(set(gpus)) != len(gpus):
+        problems.append("%s.gpus lists a GPU twice: %s" % (var, gpus))
+    model = str(settings.get("model_path") or "")
+    if not model:
+        problems.append("%s.model_path is empty: set the model directory (or hub id), or %s.enabled: false" % (var, var))
+    port = int(settings.get("port") or 0)
+    if not 0 < port < 65536:
+        problems.append("%s.port=%s is not a TCP port" % (var, settings.get("port")))
+    dp = int(settings.get("dp_size") or 1)
+    tp = int(settings.get("tp_size") or 0)
+    if dp < 1 or tp < 0:
+        problems.append("%s: dp_size must be >= 1 and tp_size >= 0 (0: derived from gpus)" % var)
+        dp, tp = max(dp, 1), max(tp, 0)
+    if tp == 0:
+        tp = len(gpus) // dp if gpus and len(gpus) % dp == 0 else 0
+    if tp * dp != len(gpus) or tp == 0:
+        problems.append("%s: tp_size %s x dp_size %d must equal the %d selected GPU(s) %s: change tp_size, dp_size or gpus"
+                        % (var, settings.get("tp_size") or "(derived)", dp, len(gpus), gpus))
+    attention = _attention(var, str(settings.get("attention_backend") or "auto"), _capabilities(gpu_facts, gpus), problems)
+
+    config: t.Dict[str, t.Any] = {"model-path": model}
+    if settings.get("served_model_name"):
+        config["served-model-name"] = str(settings["served_model_name"])
+    config.update({"host": str(settings.get("host") or "127.0.0.1"), "port": port, "tp-size": tp})
+    if dp > 1:
+        config["dp-size"] = dp
+    if attention:
+        config["attention-backend"] = attention
+    config["sampling-backend"] = str(settings.get("sampling_backend") or "flashinfer")
+    if float(settings.get("mem_fraction_static") or 0) > 0:
+        config["mem-fraction-static"] = float(settings["mem_fraction_static"])
+    if name == "sglang-spec":
+        _speculative(var, settings, config, problems)
+    extra = settings.get("extra_args") or {}
+    if not isinstance(extra, dict):
+        problems.append("%s.extra_args must be a mapping of SGLang flag name to value" % var)
+        extra = {}
+    for flag, value in extra.items():
+        if not _FLAG_RE.match(str(flag)):
+            problems.append("%s.extra_args: %r is not an SGLang flag name (lower case, dashes, no leading --)" % (var, flag))
+        elif flag in MANAGED_FLAGS or flag.replace("_", "-") in MANAGED_FLAGS:
+            problems.append("%s.extra_args sets %s, which the role manages: use the role's own key for it" % (var, flag))
+        else:
+            config[str(flag)] = value
+    if name == "sglang-spec" and config.get("speculative-algorithm") == "DFLASH" and config.get("enable-dp-attention"):
+        problems.append("%s: DFLASH needs no enable-dp-attention (and pipeline size 1)" % var)
+    return {
+        "name": name,
+        "variable": var,
+        "gpus": gpus,
+        "visible_devices": ",".join(map(str, gpus)),
+        "config": config,
+        "health_url": "http://%s:%d%s" % (_health_host(config["host"]), port, health_path),
+        "flashinfer_attention": attention == "flashinfer",
+        "flashinfer_sampling": config["sampling-backend"] == "flashinfer",
+    }
+
+
+def _speculative(var: str, settings: t.Mapping[str, t.Any], config: t.Dict[str, t.Any], problems: t.List[str]) -> None:
+    algorithm = str(settings.get("speculative_algorithm") or "")
+    if not algorithm:
+        problems.append("%s.speculative_algorithm is empty: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM or DFLASH" % var)
+        return
+    config["speculative-algorithm"] = algorithm
+    draft = str(settings.get("draft_model_path") or "")
+    if draft:
+        config["speculative-draft-model-path"] = draft
+    elif algorithm != "NGRAM":
+        problems.append("%s.draft_model_path is empty: %s needs a draft model" % (var, algorithm))
+    knobs = {knob: int(settings.get(knob) or 0) for knob in KNOBS}
+    given = [knob for knob, value in knobs.items() if value]
+    if given and len(given) != len(KNOBS):
+        problems.append("%s: set num_steps, eagle_topk and num_draft_tokens all or none (set: %s)" % (var, ", ".join(given)))
+    elif given:
+        config["speculative-num-steps"] = knobs["num_steps"]
+        config["speculative-eagle-topk"] = knobs["eagle_topk"]
+        config["speculative-num-draft-tokens"] = knobs["num_draft_tokens"]
+    block = int(settings.get("dflash_block_size") or 0)
+    if block and algorithm != "DFLASH":
+        problems.append("%s.dflash_block_size is for DFLASH only (speculative_algorithm is %s)" % (var, algorithm))
+    elif block:
+        config["speculative-dflash-block-size"] = block
+
+
+def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Mapping[str, t.Any],
+                active: t.Sequence[str], health_path: str = "/health") -> t.Dict[str, t.Any]:
+    """The units to install and run on one node, or the problems that stop the role before any change.
+
+    services maps a unit name (sglang-ar, sglang-spec) to its settings with the role's defaults
+    filled in; gpu_facts is the node's inferops_gpu fact; active lists the services to run.
+    """
+    if not isinstance(services, dict) or not isinstance(gpu_facts, dict):
+        raise AnsibleFilterError("sglang_plan expects a dict of service settings and the inferops_gpu fact")
+    problems: t.List[str] = []
+    unknown = sorted(set(services) - set(SERVICES))
+    if unknown:
+        raise AnsibleFilterError("sglang_plan: unknown service(s) %s" % ", ".join(unknown))
+    if not gpu_facts.get("gpu_count"):
+        problems.append("no GPU on this host (%s): the SGLang services need GPUs" % (gpu_facts.get("verdict_message") or "gpu_facts found none"))
+    enabled = [name for name in SERVICES if name in services and services[name].get("enabled", True)]
+    for name in active:
+        if name not in SERVICES:
+            problems.append("sglang_service_active lists %r: known services are %s" % (name, ", ".join(SERVICES)))
+        elif name not in enabled:
+            problems.append("sglang_service_active lists %s, but %s.enabled is false" % (name, SERVICES[name]))
+    units = [] if problems else [_plan_one(name, services[name], gpu_facts, health_path, problems) for name in enabled]
+    ports: t.Dict[int, str] = {}
+    for unit in units:
+        port = unit["config"]["port"]
+        if port in ports:
+            problems.append("%s.port and %s.port are both %d: give each service its own port" % (ports[port], unit["variable"], port))
+        ports[port] = unit["variable"]
+        unit["active"] = unit["name"] in active
+        unit["conflicts"] = [other["name"] for other in units if other is not unit and set(other["gpus"]) & set(unit["gpus"])]
+    running = [unit for unit in units if unit["active"]]
+    for i, first in enumerate(running):
+        for second in running[i + 1:]:
+            shared = sorted(set(first["gpus"]) & set(second["gpus"]))
+            if shared:
+                problems.append("sglang_service_active lists %s and %s, which share GPU %s: run one at a time (their units "
+                                "conflict) or give them disjoint gpus" % (first["name"], second["name"], ", ".join(map(str, shared))))
+    return {"problems": problems, "units": units}
+
+
+class FilterModule:
+    """inferops.blackwell SGLang service filters."""
+
+    def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
+        return {"sglang_plan": sglang_plan}

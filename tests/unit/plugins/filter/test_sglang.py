@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The sglang_plan filter: every setting checked against the node's GPUs, the units it plans."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_plan
+
+
+def gpus(count: int, major: int, minor: int = 0) -> t.Dict[str, t.Any]:
+    return {"gpu_count": count, "verdict_message": "",
+            "gpus": [{"index": i, "compute_capability": {"major": major, "minor": minor}} for i in range(count)]}
+
+
+AR = {"enabled": True, "model_path": "/models/m", "served_model_name": "", "host": "127.0.0.1", "port": 30000, "gpus": [],
+      "tp_size": 0, "dp_size": 1, "attention_backend": "auto", "sampling_backend": "flashinfer", "mem_fraction_static": 0.0,
+      "extra_args": {}}
+SPEC = dict(AR, port=30001, speculative_algorithm="EAGLE3", draft_model_path="/models/d", num_steps=0, eagle_topk=0,
+            num_draft_tokens=0, dflash_block_size=0)
+
+
+def plan(ar: t.Optional[t.Dict[str, t.Any]] = None, spec: t.Optional[t.Dict[str, t.Any]] = None, facts: t.Optional[t.Dict[str, t.Any]] = None,
+         active: t.Sequence[str] = ("sglang-ar",)) -> t.Dict[str, t.Any]:
+    return sglang_plan({"sglang-ar": dict(AR, **(ar or {})), "sglang-spec": dict(SPEC, **(spec or {}))},
+                       facts or gpus(8, 12), list(active))
+
+
+def test_sm120_node_defaults_every_gpu_tensor_parallel_with_flashinfer_attention() -> None:
+    result = plan()
+    assert result["problems"] == []
+    ar, spec = result["units"]
+    assert ar["name"] == "sglang-ar" and ar["active"] and not spec["active"]
+    assert ar["visible_devices"] == "0,1,2,3,4,5,6,7"
+    assert ar["config"] == {"model-path": "/models/m", "host": "127.0.0.1", "port": 30000, "tp-size": 8,
+                            "attention-backend": "flashinfer", "sampling-backend": "flashinfer"}
+    assert ar["conflicts"] == ["sglang-spec"] and spec["conflicts"] == ["sglang-ar"]
+    assert ar["health_url"] == "http://127.0.0.1:30000/health"
+    assert spec["config"]["speculative-algorithm"] == "EAGLE3"
+    assert spec["config"]["speculative-draft-model-path"] == "/models/d"
+    assert "speculative-num-steps" not in spec["config"]
+
+
+def test_b300_leaves_attention_to_sglang() -> None:
+    ar = plan(facts=gpus(8, 10, 3))["units"][0]
+    assert "attention-backend" not in ar["config"]
+    assert ar["flashinfer_attention"] is False and ar["flashinfer_sampling"] is True
+
+
+def test_disjoint_gpus_run_side_by_side_without_conflict() -> None:
+    result = plan(ar={"gpus": [0, 1, 2, 3]}, spec={"gpus": [4, 5, 6, 7]}, active=["sglang-ar", "sglang-spec"])
+    assert result["problems"] == []
+    assert [u["conflicts"] for u in result["units"]] == [[], []]
+    assert [u["config"]["tp-size"] for u in result["units"]] == [4, 4]
+    assert result["units"][1]["visible_devices"] == "4,5,6,7"
+
+
+def test_two_active_services_on_shared_gpus_are_refused_naming_the_gpus() -> None:
+    problems = plan(ar={"gpus": [0, 1, 2, 3]}, spec={"gpus": [2, 3, 4, 5]}, active=["sglang-ar", "sglang-spec"])["problems"]
+    assert problems == ["sglang_service_active lists sglang-ar and sglang-spec, which share GPU 2, 3: run one at a time "
+                        "(their units conflict) or give them disjoint gpus"]
+
+
+@pytest.mark.parametrize("ar, message", [
+    ({"model_path": ""}, "sglang_service_ar.model_path is empty"),
+    ({"gpus": [0, 8]}, "sglang_service_ar.gpus lists GPU 8; this node has GPUs 0-7"),
+    ({"tp_size": 4}, "sglang_service_ar: tp_size 4 x dp_size 1 must equal the 8 selected GPU(s)"),
+    ({"dp_size": 3}, "tp_size (derived) x dp_size 3 must equal the 8 selected GPU(s)"),
+    ({"attention_backend": "trtllm_mha"}, "sglang_service_ar.attention_backend=trtllm_mha does not support SM 12.x"),
+    ({"attention_backend": "fa3"}, "sglang_service_ar.attention_backend=fa3 runs on Hopper (SM 9.x) only"),
+    ({"port": 30001}, "sglang_service_ar.port and sglang_service_spec.port are both 30001"),
+    ({"port": 70000}, "sglang_service_ar.port=70000 is not a TCP port"),
+    ({"extra_args": {"port": 1}}, "sglang_service_ar.extra_args sets port, which the role manages"),
+    ({"extra_args": {"--context-length": 1}}, "is not an SGLang flag name"),
+])
+def test_bad_autoregressive_settings_are_refused_naming_the_variable(ar: t.Dict[str, t.Any], message: str) -> None:
+    problems = plan(ar=ar)["problems"]
+    assert any(message in problem for problem in problems), problems
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"draft_model_path": ""}, "sglang_service_spec.draft_model_path is empty: EAGLE3 needs a draft model"),
+    ({"num_steps": 3}, "set num_steps, eagle_topk and num_draft_tokens all or none (set: num_steps)"),
+    ({"dflash_block_size": 16}, "dflash_block_size is for DFLASH only"),
+    ({"speculative_algorithm": "DFLASH", "extra_args": {"enable-dp-attention": True}}, "DFLASH needs no enable-dp-attention"),
+])
+def test_bad_speculative_settings_are_refused(spec: t.Dict[str, t.Any], message: str) -> None:
+    problems = plan(spec=spec)["problems"]
+    assert any(message in problem for problem in problems), problems
+
+
+def test_speculative_knobs_all_set_are_written_and_ngram_needs_no_draft() -> None:
+    spec = plan(spec={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4})["units"][1]["config"]
+    assert (spec["speculative-num-steps"], spec["speculative-eagle-topk"], spec["speculative-num-draft-tokens"]) == (3, 1, 4)
+    assert plan(spec={"speculative_algorithm": "NGRAM", "draft_model_path": ""})["problems"] == []
+
+
+def test_extra_args_and_optional_flags_reach_the_config() -> None:
+    ar = plan(ar={"served_model_name": "m", "mem_fraction_static": 0.85, "dp_size": 2, "host": "0.0.0.0",
+                  "extra_args": {"context-length": 32768, "enable-metrics": True}})["units"][0]
+    assert ar["config"]["served-model-name"] == "m"
+    assert ar["config"]["mem-fraction-static"] == 0.85
+    assert (ar["config"]["tp-size"], ar["config"]["dp-size"]) == (4, 2)
+    assert ar["config"]["context-length"] == 32768 and ar["config"]["enable-metrics"] is True
+    assert ar["health_url"] == "http://127.0.0.1:30000/health"
+
+
+def test_active_service_must_be_enabled_and_a_node_needs_gpus() -> None:
+    assert plan(spec={"enabled": False}, active=["sglang-spec"])["problems"] == [
+        "sglang_service_active lists sglang-spec, but sglang_service_spec.enabled is false"]
+    disabled = plan(spec={"enabled": False})
+    assert [u["name"] for u in disabled["units"]] == ["sglang-ar"] and disabled["units"][0]["conflicts"] == []
+    assert plan(facts={"gpu_count": 0, "gpus": [], "verdict_message": "no GPU"})["problems"][0].startswith("no GPU on this host")
+    assert plan(active=["sglang-x"])["problems"] == ["sglang_service_active lists 'sglang-x': known services are sglang-ar, sglang-spec"]
+
+
+def test_bad_input_is_a_clear_filter_error() -> None:
+    with pytest.raises(AnsibleFilterError, match="expects a dict"):
+        sglang_plan([], {}, [])  # type: ignore[arg-type]
