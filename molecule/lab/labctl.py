@@ -305,10 +305,14 @@ def cuda_toolkit_pins(release: str = "13.0") -> t.List[str]:
         return list(yaml.safe_load(handle)["_cuda_toolkit_pip_releases"][release])
 
 
+# A FlashInfer release for the flashinfer role's upgrade strategy to install (0.6.18 -> 0.6.18.post1, same detection).
+MIRROR_EXTRA_WHEELS = ["flashinfer-python==0.6.18.post1"]
+
+
 def mirror_wheels() -> str:
-    """CUDA 13.0 wheels for the nodes' pip (a flat --find-links directory, as an air-gapped wheelhouse)."""
+    """CUDA 13.0 wheels and an upgrade FlashInfer for the nodes' pip (a flat --find-links directory, as an air-gapped wheelhouse)."""
     directory = os.path.join(MIRROR, "wheels")
-    pins = cuda_toolkit_pins()
+    pins = cuda_toolkit_pins() + MIRROR_EXTRA_WHEELS
     stamp = os.path.join(directory, ".recipe")
     recipe = recipe_hash([], pins)
     if not stamp_matches(stamp, recipe):

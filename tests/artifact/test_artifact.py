@@ -121,3 +121,19 @@ def test_installed_facts_playbook_reports_the_fleet(installed: t.Dict[str, t.Any
     # a second run writes the same report: nothing changed
     again = run(command, installed["env"], cwd=str(tmp))
     assert re.search(r"ok=\d+\s+changed=0\s", again), again
+
+
+def test_installed_site_and_remediate_playbooks_skip_a_host_without_gpus(installed: t.Dict[str, t.Any]) -> None:
+    """site.yml and remediate.yml by FQCN from the tarball: a GPU-less host is skipped, saying so, and nothing changes."""
+    tmp = installed["tmp"]
+    inventory = tmp / "site-inventory.ini"
+    # connection variables beat the plays' become keyword: this machine may have no sudo
+    inventory.write_text("[sglang_nodes]\ncpu-1 ansible_connection=local ansible_python_interpreter=%s/python ansible_become=false\n" % BIN)
+    site = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.site"], installed["env"], cwd=str(tmp))
+    assert "cpu-1: skipped, no GPU (no NVIDIA GPU (nvidia-smi not found))" in site, site
+    assert re.search(r"cpu-1\s+:\s+ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", site), site
+    assert "cpu-1: skipped: no GPU" in site, site
+    report = tmp / "remediate-report.json"
+    remediate = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.remediate", "-e", "remediate_report_path=%s" % report],
+                    installed["env"], cwd=str(tmp))
+    assert json.loads(report.read_text()) == [{"host": "cpu-1", "status": "skipped", "causes": [], "line": "cpu-1: skipped (no GPU)"}], remediate
