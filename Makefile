@@ -84,7 +84,7 @@ units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
 # molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
-MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt flashinfer_strategies default remediation toolkit_change
+MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt flashinfer_strategies default remediation
 molecule: debs venv link
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
 

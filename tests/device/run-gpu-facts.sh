@@ -8,6 +8,7 @@ out="${OUT:-/tmp/inferops-device}"
 mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
+# shellcheck source=tests/device/common.sh
 . tests/device/common.sh
 capture_host
 # Exactly the calls gpu_facts makes, stored the way tests/unit/fixtures/nvidia-smi/<profile>/ stores them.

@@ -6,6 +6,7 @@ out="${OUT:-/tmp/inferops-device}"
 mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
+# shellcheck source=tests/device/common.sh
 . tests/device/common.sh
 # FlashInfer into the host's torch venv, as an operator's SGLang install would have it.
 /opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl || exit 1
@@ -28,9 +29,16 @@ while IFS= read -r line; do
 done < /etc/inferops/cuda.env
 runuser -u sglang -- env -i "$@" /opt/torch/.venv/bin/python3 /tmp/sampling_check.py > "$out/sampling.json" 2> "$out/sampling.err"
 sampling_rc=$?
+cp tests/device/attention_check.py /tmp/attention_check.py && chmod 644 /tmp/attention_check.py
+runuser -u sglang -- env -i "$@" /opt/torch/.venv/bin/python3 /tmp/attention_check.py > "$out/attention.json" 2> "$out/attention.err"
+attention_rc=$?
 {
   echo "sampling rc=$sampling_rc"
+  echo "attention rc=$attention_rc"
   runuser -u sglang -- /usr/local/sbin/inferops-flashinfer check 2>&1
   find /var/lib/sglang/.cache/flashinfer -name '*.so' -printf '%p %s\n'
 } >> "$out/summary.txt"
+# The device tool returns 8 files: the small ones travel in one archive.
+tar -C "$out" -cf "$out/small.tar" summary.txt sampling.json sampling.err attention.json attention.err compare.txt gpu_facts.json && \
+  rm "$out/sampling.json" "$out/sampling.err" "$out/attention.json" "$out/attention.err" "$out/compare.txt" "$out/gpu_facts.json"
 cat "$out/summary.txt"
