@@ -137,3 +137,20 @@ def test_installed_site_and_remediate_playbooks_skip_a_host_without_gpus(install
     remediate = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.remediate", "-e", "remediate_report_path=%s" % report],
                     installed["env"], cwd=str(tmp))
     assert json.loads(report.read_text()) == [{"host": "cpu-1", "status": "skipped", "causes": [], "line": "cpu-1: skipped (no GPU)"}], remediate
+
+
+def test_installed_service_role_refuses_bad_settings_before_any_change(installed: t.Dict[str, t.Any]) -> None:
+    """sglang_service on a (simulated) 8x RTX PRO 6000 host: a tp_size that does not fit is refused, naming the variable."""
+    tmp = installed["tmp"]
+    playbook = tmp / "bad-service.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: inferops.blackwell.sglang_service\n"
+        "      sglang_service_config_dir: %s/sglang-config\n"
+        "      sglang_service_ar: {model_path: /models/m, tp_size: 3}\n" % tmp)
+    env = dict(installed["env"], PATH=profile_bin(tmp, "rtx-pro-6000-x8") + ":" + installed["env"]["PATH"])
+    done = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=%s/python" % BIN, str(playbook)],
+                          env=env, cwd=str(tmp), capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "sglang_service_ar: tp_size 3 x dp_size 1 must equal the 8 selected GPU(s) [0, 1, 2, 3, 4, 5, 6, 7]: change tp_size, dp_size or gpus" \
+        in done.stdout, done.stdout
+    assert "changed=0" in done.stdout and not (tmp / "sglang-config").exists()
