@@ -1,9 +1,13 @@
 # shellcheck shell=sh
 # Sourced by the run-*.sh harnesses (TEST HARNESS ONLY): ansible-core from the carried wheels into
 # /tmp/site, the collection linked where Ansible finds it, the sudo shim where the host has no sudo.
-# Needs: the repository root as the working directory, .whl/ carried (see README.md), $out set.
+# Needs: the repository root as the working directory, .whl/ carried (see README.md).
+# Everything from here on goes to $OUT/run.log (the device tool brings $OUT back).
+out="${OUT:-/tmp/inferops-device}"
+mkdir -p "$out"
+exec > "$out/run.log" 2>&1
+set -x
 here="$(pwd)"
-: "${out:?set out (the results directory) before sourcing common.sh}"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/ansible_core-*.whl .whl/resolvelib-*.whl \
   .whl/cryptography-*.whl .whl/cffi-*.whl .whl/pycparser-*.whl || exit 1
 export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"

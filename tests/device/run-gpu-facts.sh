@@ -4,10 +4,6 @@
 # NVLink multicast stays off: the host's NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 are left as they are, and the only GPU program is torch's peer-access query.
 set -u
-out="${OUT:-/tmp/inferops-device}"
-mkdir -p "$out"
-exec > "$out/run.log" 2>&1
-set -x
 # shellcheck source=tests/device/common.sh
 . tests/device/common.sh
 capture_host

@@ -2,10 +2,6 @@
 # Run the collection on a lent GPU host (the device tool's machine) and put the logs in $OUT.
 # Carry .whl/ (ansible-core and its missing dependencies, FlashInfer 0.6.18, apache-tvm-ffi): see tests/device/README.md.
 set -u
-out="${OUT:-/tmp/inferops-device}"
-mkdir -p "$out"
-exec > "$out/run.log" 2>&1
-set -x
 # shellcheck source=tests/device/common.sh
 . tests/device/common.sh
 # FlashInfer into the host's torch venv, as an operator's SGLang install would have it.
