@@ -11,7 +11,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.blackwell.plugins.module_utils import gpu
 
-_ENTRY_RE = re.compile(r"^\d+\.\d+[a-z]?$")
+_ENTRY_RE = re.compile(r"\d+\.\d+[a-z]?")
 
 
 def flashinfer_arch_check(arch_list: str) -> t.Dict[str, t.Any]:
@@ -31,7 +31,7 @@ def flashinfer_arch_check(arch_list: str) -> t.Dict[str, t.Any]:
     unknown = []
     capabilities = []
     for entry in entries:
-        if not _ENTRY_RE.match(entry):
+        if not _ENTRY_RE.fullmatch(entry):
             problems.append("%r is not MAJOR.MINOR with an optional letter suffix (FlashInfer splits on single spaces only; "
                             "no commas, no +PTX)" % entry)
             continue

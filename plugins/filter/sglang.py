@@ -24,7 +24,34 @@ MANAGED_FLAGS = frozenset((
     "speculative-draft-model-path", "speculative-draft-model", "speculative-num-steps", "speculative-eagle-topk",
     "speculative-num-draft-tokens", "speculative-dflash-block-size", "base-gpu-id", "config",
 ))
-_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_FLAG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+# A model directory (absolute, safe in a unit file) or a hub id (org/name).
+_MODEL_RE = re.compile(r"/[A-Za-z0-9._+@/-]*|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HOST_RE = re.compile(r"[A-Za-z0-9.:-]+")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# The services run as an unprivileged user: ports below this need root (CAP_NET_BIND_SERVICE).
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def _strings(value: t.Any) -> t.Iterator[str]:
+    """Every string in a setting, keys of mappings included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _integer(var: str, key: str, value: t.Any, problems: t.List[str]) -> t.Optional[int]:
+    """value as an int, or None with a problem that names var.key."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, str) and not value.isdigit()):
+        problems.append("%s.%s=%r: give a whole number" % (var, key, value))
+        return None
+    return int(value)
 
 
 def _capabilities(gpu_facts: t.Mapping[str, t.Any], indexes: t.Iterable[int]) -> t.Set[t.Tuple[int, int]]:
@@ -45,6 +72,16 @@ def _attention(var: str, wanted: str, capabilities: t.Set[t.Tuple[int, int]], pr
     return wanted
 
 
+def _families(gpu_facts: t.Mapping[str, t.Any], indexes: t.Iterable[int]) -> t.Dict[str, t.List[int]]:
+    """SM (MAJOR.MINOR) -> the selected GPU indexes that have it."""
+    by_index = {g["index"]: g["compute_capability"] for g in gpu_facts.get("gpus") or []}
+    families: t.Dict[str, t.List[int]] = {}
+    for index in indexes:
+        if index in by_index:
+            families.setdefault("%d.%d" % (by_index[index]["major"], by_index[index]["minor"]), []).append(index)
+    return families
+
+
 def _health_host(host: str) -> str:
     if host in ("", "0.0.0.0", "::"):
         return "127.0.0.1"
@@ -55,23 +92,48 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
               problems: t.List[str]) -> t.Dict[str, t.Any]:
     var = SERVICES[name]
     gpu_count = int(gpu_facts.get("gpu_count") or 0)
-    gpus = [int(i) for i in settings.get("gpus") or range(gpu_count)]
+    found = len(problems)
+    for key, value in settings.items():
+        if any(_CONTROL_RE.search(text) for text in _strings(value)):
+            problems.append("%s.%s holds a control character (newline, tab, ...): %r; remove it (it would reach a unit "
+                            "or configuration file)" % (var, key, value))
+    if len(problems) > found:
+        return {}
+    raw_gpus = settings.get("gpus") or list(range(gpu_count))
+    if not isinstance(raw_gpus, (list, tuple)):
+        problems.append("%s.gpus=%r: give a list of GPU indexes, for example [0, 1]" % (var, raw_gpus))
+        raw_gpus = []
+    gpus = [index for index in (_integer(var, "gpus", i, problems) for i in raw_gpus) if index is not None]
     outside = sorted({i for i in gpus if not 0 <= i < gpu_count})
     if outside:
         problems.append("%s.gpus lists GPU %s; this node has GPUs 0-%d" % (var, ", ".join(map(str, outside)), gpu_count - 1))
     if len(set(gpus)) != len(gpus):
         problems.append("%s.gpus lists a GPU twice: %s" % (var, gpus))
-    model = str(settings.get("model_path") or "")
+    families = _families(gpu_facts, gpus)
+    if len(families) > 1:
+        problems.append("%s.gpus spans GPUs of different SM (%s): one service runs on one kind of GPU; set %s.gpus to one "
+                        "kind (and the other service's gpus to the other)"
+                        % (var, "; ".join("SM %s: GPU %s" % (sm, ", ".join(map(str, idx))) for sm, idx in families.items()), var))
+    model = settings.get("model_path") or ""
     if not model:
         problems.append("%s.model_path is empty: set the model directory (or hub id), or %s.enabled: false" % (var, var))
-    port = int(settings.get("port") or 0)
-    if not 0 < port < 65536:
-        problems.append("%s.port=%s is not a TCP port" % (var, settings.get("port")))
-    dp = int(settings.get("dp_size") or 1)
-    tp = int(settings.get("tp_size") or 0)
-    if dp < 1 or tp < 0:
+    elif not isinstance(model, str) or not _MODEL_RE.fullmatch(model):
+        problems.append("%s.model_path=%r: give an absolute directory (letters, digits and . _ - + @ /) or a hub id "
+                        "such as org/name" % (var, model))
+        model = ""
+    host = str(settings.get("host") or "127.0.0.1")
+    if not _HOST_RE.fullmatch(host):
+        problems.append("%s.host=%r: give an IP address or a host name" % (var, host))
+    port = _integer(var, "port", settings.get("port"), problems)
+    if port is not None and not FIRST_UNPRIVILEGED_PORT <= port <= 65535:
+        problems.append("%s.port=%d: give a port from %d to 65535 (the service runs unprivileged)"
+                        % (var, port, FIRST_UNPRIVILEGED_PORT))
+    port = port or 0
+    dp = _integer(var, "dp_size", settings.get("dp_size", 1), problems)
+    tp = _integer(var, "tp_size", settings.get("tp_size", 0), problems)
+    if dp is None or tp is None or dp < 1 or tp < 0:
         problems.append("%s: dp_size must be >= 1 and tp_size >= 0 (0: derived from gpus)" % var)
-        dp, tp = max(dp, 1), max(tp, 0)
+        dp, tp = max(dp or 1, 1), max(tp or 0, 0)
     if tp == 0:
         tp = len(gpus) // dp if gpus and len(gpus) % dp == 0 else 0
     if tp * dp != len(gpus) or tp == 0:
@@ -88,8 +150,11 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
     if attention:
         config["attention-backend"] = attention
     config["sampling-backend"] = str(settings.get("sampling_backend") or "flashinfer")
-    if float(settings.get("mem_fraction_static") or 0) > 0:
-        config["mem-fraction-static"] = float(settings["mem_fraction_static"])
+    fraction = settings.get("mem_fraction_static") or 0
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        problems.append("%s.mem_fraction_static=%r: give a fraction from 0 (SGLang's default) to below 1" % (var, fraction))
+    elif fraction > 0:
+        config["mem-fraction-static"] = float(fraction)
     if name == "sglang-spec":
         _speculative(var, settings, config, problems)
     extra = settings.get("extra_args") or {}
@@ -97,7 +162,7 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         problems.append("%s.extra_args must be a mapping of SGLang flag name to value" % var)
         extra = {}
     for flag, value in extra.items():
-        if not _FLAG_RE.match(str(flag)):
+        if not _FLAG_RE.fullmatch(str(flag)):
             problems.append("%s.extra_args: %r is not an SGLang flag name (lower case, dashes, no leading --)" % (var, flag))
         elif flag in MANAGED_FLAGS or flag.replace("_", "-") in MANAGED_FLAGS:
             problems.append("%s.extra_args sets %s, which the role manages: use the role's own key for it" % (var, flag))
@@ -128,7 +193,7 @@ def _speculative(var: str, settings: t.Mapping[str, t.Any], config: t.Dict[str, 
         config["speculative-draft-model-path"] = draft
     elif algorithm != "NGRAM":
         problems.append("%s.draft_model_path is empty: %s needs a draft model" % (var, algorithm))
-    knobs = {knob: int(settings.get(knob) or 0) for knob in KNOBS}
+    knobs = {knob: _integer(var, knob, settings.get(knob) or 0, problems) or 0 for knob in KNOBS}
     given = [knob for knob, value in knobs.items() if value]
     if given and len(given) != len(KNOBS):
         problems.append("%s: set num_steps, eagle_topk and num_draft_tokens all or none (set: %s)" % (var, ", ".join(given)))
@@ -136,7 +201,7 @@ def _speculative(var: str, settings: t.Mapping[str, t.Any], config: t.Dict[str, 
         config["speculative-num-steps"] = knobs["num_steps"]
         config["speculative-eagle-topk"] = knobs["eagle_topk"]
         config["speculative-num-draft-tokens"] = knobs["num_draft_tokens"]
-    block = int(settings.get("dflash_block_size") or 0)
+    block = _integer(var, "dflash_block_size", settings.get("dflash_block_size") or 0, problems) or 0
     if block and algorithm != "DFLASH":
         problems.append("%s.dflash_block_size is for DFLASH only (speculative_algorithm is %s)" % (var, algorithm))
     elif block:
@@ -164,7 +229,8 @@ def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Ma
             problems.append("sglang_service_active lists %r: known services are %s" % (name, ", ".join(SERVICES)))
         elif name not in enabled:
             problems.append("sglang_service_active lists %s, but %s.enabled is false" % (name, SERVICES[name]))
-    units = [] if problems else [_plan_one(name, services[name], gpu_facts, health_path, problems) for name in enabled]
+    planned = [] if problems else [_plan_one(name, services[name], gpu_facts, health_path, problems) for name in enabled]
+    units = [unit for unit in planned if unit]
     ports: t.Dict[int, str] = {}
     for unit in units:
         port = unit["config"]["port"]
@@ -183,8 +249,41 @@ def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Ma
     return {"problems": problems, "units": units}
 
 
+def _listeners(listing: str) -> t.Dict[int, t.List[t.Tuple[str, int]]]:
+    """`ss -Hltnp` output -> port -> [(process, pid)] listening on it."""
+    ports: t.Dict[int, t.List[t.Tuple[str, int]]] = {}
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or ":" not in fields[3]:
+            continue
+        port = fields[3].rsplit(":", 1)[1]
+        if not port.isdigit():
+            continue
+        owners = [(name, int(pid)) for name, pid in re.findall(r'\("([^"]*)",pid=([0-9]+)', line)]
+        ports.setdefault(int(port), []).extend(owners or [("?", 0)])
+    return ports
+
+
+def sglang_port_problems(units: t.Sequence[t.Mapping[str, t.Any]], listing: str, own_pids: t.Iterable[t.Any],
+                         node: str = "the node") -> t.List[str]:
+    """Ports of the planned units that another process already listens on (our own running services excepted).
+
+    listing is `ss -Hltnp` output from the node; own_pids the MainPIDs of the sglang units there.
+    """
+    own = {int(pid) for pid in own_pids if str(pid).isdigit() and int(pid) > 0}
+    taken = _listeners(listing)
+    problems = []
+    for unit in units:
+        port = unit["config"]["port"]
+        others = sorted({owner for owner in taken.get(port, []) if owner[1] not in own})
+        if others:
+            problems.append("%s.port=%d is taken on %s by %s: give a free port"
+                            % (unit["variable"], port, node, ", ".join("%s (pid %d)" % owner for owner in others)))
+    return problems
+
+
 class FilterModule:
     """inferops.blackwell SGLang service filters."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"sglang_plan": sglang_plan}
+        return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems}

@@ -179,14 +179,15 @@ def parse_alternatives_query(text: str) -> t.Dict[str, t.Any]:
 def default_choice(query: t.Dict[str, t.Any], prefix: str, set_default: bool) -> t.Optional[str]:
     """Where the `cuda` group should point, or None to leave it as it is.
 
-    set_default: the toolkit itself. Otherwise the toolkit must not have taken the
-    default: when the group points at it (auto mode picked the higher priority, as
-    NVIDIA's packages make it), go back to the best other alternative. A group
-    that points elsewhere -- the operator's choice -- is left alone.
+    set_default: the toolkit itself. Otherwise /usr/local/cuda never moves because of
+    this toolkit: only when auto mode made the group point at it (NVIDIA's packages
+    register at MAJOR*10+MINOR, so the newest wins) does it go back to the best other
+    alternative, pinned in manual mode. A group in manual mode -- the operator's
+    choice, or an earlier run's -- is left alone, even when it names this toolkit.
     """
     if set_default:
         return None if query["value"] == prefix and query["status"] == "manual" else prefix
-    if query["value"] != prefix:
+    if query["value"] != prefix or query["status"] != "auto":
         return None
     others = {path: priority for path, priority in query["alternatives"].items() if path != prefix}
     if not others:

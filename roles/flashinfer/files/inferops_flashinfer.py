@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import typing as t
@@ -183,9 +184,23 @@ def version_tuple(text: t.Optional[str]) -> t.Tuple[int, ...]:
         return ()
 
 
+def tool_problems(config: t.Dict[str, t.Any]) -> t.List[str]:
+    """What the services run besides FlashInfer: the venv's Python, and ninja on the pinned PATH (FlashInfer runs it
+    even to load a cached module)."""
+    problems = []
+    env = service_env(config)
+    if shutil.which("ninja", path=env.get("PATH", "")) is None:
+        problems.append("no ninja on the PATH of %s (%s): FlashInfer would fail at its first module load. Fix: "
+                        "cuda_env_sglang_venv must be the SGLang venv (its bin/ holds ninja)." % (config["env_file"], env.get("PATH")))
+    python = os.path.join(config["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        problems.append("no Python at %s: fix flashinfer_venv / sglang_service_venv." % python)
+    return problems
+
+
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     """Causes and fixes; empty when the services would start."""
-    problems = []
+    problems = tool_problems(config)
     env_file = config["env_file"]
     if view.get("error") and not view.get("archs"):
         problems.append("FlashInfer cannot start in the services' environment: %s. Fix: re-run the inferops.blackwell site "

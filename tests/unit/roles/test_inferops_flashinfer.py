@@ -13,12 +13,26 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
 
 import inferops_flashinfer as tool  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer.py
+import pytest  # noqa: E402
 
 CONFIG = {"venv": "/opt/sglang/venv", "env_file": "/etc/inferops/cuda.env", "expected_archs": "12.0f", "min_cuda": "12.9",
           "modules": ["sampling"]}
 GOOD = {"flashinfer_version": "0.6.18", "archs": ["12.0f"], "cuda_home": "/usr/local/cuda-13.0", "cuda_version": "13.0",
         "workspace": "/var/lib/sglang/.cache/flashinfer/0.6.18/120f", "warnings": [], "stamp": {"cuda_home": "/usr/local/cuda-13.0"},
         "stamp_matches": True, "modules": [{"name": "sampling", "compiled": True}]}
+
+
+@pytest.fixture(name="node")
+def fixture_node(tmp_path: t.Any) -> t.Dict[str, t.Any]:
+    """A venv with python and ninja, and an environment file whose PATH holds the venv's bin."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "ninja"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    env_file = tmp_path / "cuda.env"
+    env_file.write_text("PATH='/usr/local/cuda-13.0/bin:%s:/usr/bin:/bin'\n" % bin_dir)
+    return dict(CONFIG, venv=str(tmp_path / "venv"), env_file=str(env_file))
 
 
 def test_env_file_is_read_like_systemd(tmp_path: t.Any) -> None:
@@ -28,31 +42,43 @@ def test_env_file_is_read_like_systemd(tmp_path: t.Any) -> None:
                                              "PLAIN": "x", "QUOTED": "y z"}
 
 
-def test_a_healthy_node_passes() -> None:
-    assert tool.check(CONFIG, GOOD) == []
+def test_a_healthy_node_passes(node: t.Dict[str, t.Any]) -> None:
+    assert tool.check(node, GOOD) == []
 
 
-def test_the_incident_names_the_cause_and_the_fix() -> None:
+def test_the_incident_names_the_cause_and_the_fix(node: t.Dict[str, t.Any]) -> None:
     view = dict(GOOD, archs=[], cuda_home="/usr/local/cuda", cuda_version="12.8",
                 warnings=["Failed to get device capability: SM 12.x requires CUDA >= 12.9."])
-    problems = tool.check(CONFIG, view)
+    problems = tool.check(node, view)
     assert any("resolved no target arch" in p and "12.8" in p and "SM 12.x requires CUDA >= 12.9" in p for p in problems)
     assert any("detects CUDA 12.8" in p and ">= 12.9" in p for p in problems)
 
 
-def test_a_wiped_cache_says_warm() -> None:
-    problems = tool.check(CONFIG, dict(GOOD, modules=[{"name": "sampling", "compiled": False}]))
+def test_a_wiped_cache_says_warm(node: t.Dict[str, t.Any]) -> None:
+    problems = tool.check(node, dict(GOOD, modules=[{"name": "sampling", "compiled": False}]))
     assert problems and "not in the cache" in problems[0] and "inferops-flashinfer warm" in problems[0]
 
 
-def test_a_toolkit_changed_since_the_warm_up_says_warm() -> None:
-    problems = tool.check(CONFIG, dict(GOOD, stamp_matches=False))
+def test_a_toolkit_changed_since_the_warm_up_says_warm(node: t.Dict[str, t.Any]) -> None:
+    problems = tool.check(node, dict(GOOD, stamp_matches=False))
     assert problems and "was warmed with" in problems[0]
 
 
-def test_wrong_archs_point_at_the_arch_list() -> None:
-    problems = tool.check(CONFIG, dict(GOOD, archs=["12.0a"]))
+def test_wrong_archs_point_at_the_arch_list(node: t.Dict[str, t.Any]) -> None:
+    problems = tool.check(node, dict(GOOD, archs=["12.0a"]))
     assert problems and "FLASHINFER_CUDA_ARCH_LIST" in problems[0]
+
+
+def test_a_venv_elsewhere_than_the_pinned_path_means_no_ninja(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    # cuda_env_sglang_venv pointing nowhere: FlashInfer itself is fine, but the service dies on FileNotFoundError: 'ninja'.
+    (tmp_path / "cuda.env").write_text("PATH='/usr/local/cuda-13.0/bin:/nonexistent/venv/bin'\n")
+    problems = tool.check(node, GOOD)
+    assert len(problems) == 1 and problems[0].startswith("no ninja on the PATH of") and "cuda_env_sglang_venv" in problems[0]
+
+
+def test_a_missing_venv_python_is_named(node: t.Dict[str, t.Any]) -> None:
+    problems = tool.check(dict(node, venv="/nonexistent/venv"), GOOD)
+    assert problems == ["no Python at /nonexistent/venv/bin/python: fix flashinfer_venv / sglang_service_venv."]
 
 
 def test_the_inner_program_compiles() -> None:

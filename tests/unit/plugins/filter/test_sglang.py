@@ -9,7 +9,7 @@ import typing as t
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_plan
+from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_plan, sglang_port_problems
 
 
 def gpus(count: int, major: int, minor: int = 0) -> t.Dict[str, t.Any]:
@@ -73,13 +73,47 @@ def test_two_active_services_on_shared_gpus_are_refused_naming_the_gpus() -> Non
     ({"attention_backend": "trtllm_mha"}, "sglang_service_ar.attention_backend=trtllm_mha does not support SM 12.x"),
     ({"attention_backend": "fa3"}, "sglang_service_ar.attention_backend=fa3 runs on Hopper (SM 9.x) only"),
     ({"port": 30001}, "sglang_service_ar.port and sglang_service_spec.port are both 30001"),
-    ({"port": 70000}, "sglang_service_ar.port=70000 is not a TCP port"),
+    ({"port": 70000}, "sglang_service_ar.port=70000: give a port from 1024 to 65535"),
     ({"extra_args": {"port": 1}}, "sglang_service_ar.extra_args sets port, which the role manages"),
     ({"extra_args": {"--context-length": 1}}, "is not an SGLang flag name"),
+    ({"extra_args": {"context-length\n": 1}}, "sglang_service_ar.extra_args holds a control character"),
+    ({"model_path": "x)\n[Service]\nExecStartPre=/bin/touch /var/lib/sglang/INJECTED\n[Unit]\nX-Y=("},
+     "sglang_service_ar.model_path holds a control character"),
+    ({"model_path": "./models/demo"}, "sglang_service_ar.model_path='./models/demo': give an absolute directory"),
+    ({"model_path": "demo"}, "sglang_service_ar.model_path='demo': give an absolute directory"),
+    ({"model_path": "/models/my model"}, "sglang_service_ar.model_path='/models/my model': give an absolute directory"),
+    ({"model_path": "/models/%h"}, "give an absolute directory"),
+    ({"served_model_name": "a\nExecStart=/bin/sh"}, "sglang_service_ar.served_model_name holds a control character"),
+    ({"port": 22}, "sglang_service_ar.port=22: give a port from 1024 to 65535 (the service runs unprivileged)"),
+    ({"port": 0}, "sglang_service_ar.port=0: give a port from 1024"),
+    ({"port": "http"}, "sglang_service_ar.port='http': give a whole number"),
+    ({"port": 30000.5}, "sglang_service_ar.port=30000.5: give a whole number"),
+    ({"gpus": [0, 0, 1, 2]}, "sglang_service_ar.gpus lists a GPU twice"),
+    ({"gpus": "0,1"}, "sglang_service_ar.gpus='0,1': give a list of GPU indexes"),
+    ({"gpus": [0, "x"]}, "sglang_service_ar.gpus='x': give a whole number"),
+    ({"host": "127.0.0.1; rm -rf /"}, "sglang_service_ar.host='127.0.0.1; rm -rf /': give an IP address or a host name"),
+    ({"mem_fraction_static": 1.5}, "sglang_service_ar.mem_fraction_static=1.5: give a fraction"),
+    ({"tp_size": "four"}, "sglang_service_ar.tp_size='four': give a whole number"),
 ])
 def test_bad_autoregressive_settings_are_refused_naming_the_variable(ar: t.Dict[str, t.Any], message: str) -> None:
     problems = plan(ar=ar)["problems"]
     assert any(message in problem for problem in problems), problems
+
+
+def test_hub_ids_and_names_with_yaml_metacharacters_are_accepted() -> None:
+    result = plan(ar={"model_path": "meta-llama/Llama-3.1-8B-Instruct", "served_model_name": "llama: 8b #1 'x' %h"})
+    assert result["problems"] == []
+    assert result["units"][0]["config"]["served-model-name"] == "llama: 8b #1 'x' %h"
+
+
+def test_a_service_over_gpus_of_two_sm_families_is_refused_naming_each_family() -> None:
+    mixed = {"gpu_count": 8, "verdict_message": "",
+             "gpus": [{"index": i, "compute_capability": {"major": 12 if i < 4 else 9, "minor": 0}} for i in range(8)]}
+    problems = plan(facts=mixed)["problems"]
+    assert problems[0:1] == ["sglang_service_ar.gpus spans GPUs of different SM (SM 12.0: GPU 0, 1, 2, 3; SM 9.0: GPU 4, 5, 6, 7): "
+                        "one service runs on one kind of GPU; set sglang_service_ar.gpus to one kind (and the other "
+                        "service's gpus to the other)"]
+    assert plan(ar={"gpus": [0, 1, 2, 3]}, spec={"gpus": [4, 5, 6, 7]}, facts=mixed)["problems"] == []
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -87,6 +121,7 @@ def test_bad_autoregressive_settings_are_refused_naming_the_variable(ar: t.Dict[
     ({"num_steps": 3}, "set num_steps, eagle_topk and num_draft_tokens all or none (set: num_steps)"),
     ({"dflash_block_size": 16}, "dflash_block_size is for DFLASH only"),
     ({"speculative_algorithm": "DFLASH", "extra_args": {"enable-dp-attention": True}}, "DFLASH needs no enable-dp-attention"),
+    ({"num_steps": "three", "eagle_topk": 1, "num_draft_tokens": 4}, "sglang_service_spec.num_steps='three': give a whole number"),
 ])
 def test_bad_speculative_settings_are_refused(spec: t.Dict[str, t.Any], message: str) -> None:
     problems = plan(spec=spec)["problems"]
@@ -121,3 +156,23 @@ def test_active_service_must_be_enabled_and_a_node_needs_gpus() -> None:
 def test_bad_input_is_a_clear_filter_error() -> None:
     with pytest.raises(AnsibleFilterError, match="expects a dict"):
         sglang_plan([], {}, [])  # type: ignore[arg-type]
+
+
+SS = """LISTEN 0      128          0.0.0.0:22        0.0.0.0:*    users:(("sshd",pid=123,fd=3))
+LISTEN 0      128             [::]:22           [::]:*    users:(("sshd",pid=123,fd=4))
+LISTEN 0      2048       127.0.0.1:30000     0.0.0.0:*    users:(("python",pid=456,fd=9))
+LISTEN 0      5          127.0.0.1:31000     0.0.0.0:*    users:(("python3",pid=789,fd=3))
+"""
+
+
+def test_a_port_another_process_listens_on_is_refused_naming_it() -> None:
+    units = plan(ar={"port": 31000})["units"]
+    assert sglang_port_problems(units[:1], SS, ["456", "0"], "node-1") == [
+        "sglang_service_ar.port=31000 is taken on node-1 by python3 (pid 789): give a free port"]
+
+
+def test_the_running_service_own_port_is_not_taken() -> None:
+    units = plan()["units"]
+    assert sglang_port_problems(units, SS, ["456", "0"]) == []
+    assert sglang_port_problems(units[:1], SS, ["0", "0"]) == [
+        "sglang_service_ar.port=30000 is taken on the node by python (pid 456): give a free port"]

@@ -110,6 +110,14 @@ def test_set_default_pins_the_toolkit_in_manual_mode() -> None:
     assert toolkit.default_choice(state, "/usr/local/cuda-13.0", set_default=True) is None
 
 
+def test_a_manual_default_on_the_toolkit_itself_never_moves() -> None:
+    # cuda_toolkit_version=12.8 on a node whose /usr/local/cuda an earlier run pinned to the system 12.8:
+    # the 13.0 beside it must not take the default.
+    state = {"status": "manual", "link": "/usr/local/cuda", "value": "/usr/local/cuda-12.8",
+             "alternatives": {"/usr/local/cuda-12.8": 128, "/usr/local/cuda-13.0": 130}}
+    assert toolkit.default_choice(state, "/usr/local/cuda-12.8", set_default=False) is None
+
+
 def test_only_toolkit_keeps_the_default() -> None:
     state = {"status": "auto", "link": "/usr/local/cuda", "value": "/usr/local/cuda-13.0",
              "alternatives": {"/usr/local/cuda-13.0": 130}}

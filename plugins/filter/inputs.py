@@ -1,0 +1,137 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller-side checks of operator input, before anything on a node changes.
+
+Operators feed the roles from inventories, AWX surveys and CMDBs. Every value that
+reaches a unit file, an environment file or a shell is checked here against one
+rule per kind, with a message that names the variable and says what to give instead.
+Patterns are matched whole (re.fullmatch): a `$`-anchored regex lets "FOO\\n" through.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+")
+# Absolute paths that are safe in a unit file's ExecStart=, an EnvironmentFile= value and a shell word unquoted.
+_PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
+
+# Names cuda_env_extra may not set: they would override what the roles pin, or what each unit sets per service,
+# or let a value load code into every consumer (the loader's and Python's own search paths).
+_ENV_RESERVED = frozenset((
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+    "PYTHONEXECUTABLE", "HOME", "USER", "LOGNAME", "SHELL", "NVIDIA_VISIBLE_DEVICES", "BASH_ENV", "ENV",
+))
+_ENV_RESERVED_PREFIXES = ("LD_",)
+
+
+def show(value: t.Any) -> str:
+    """A value as the operator wrote it, with control characters visible (a newline shows as \\n)."""
+    if isinstance(value, str):
+        return repr(value)[1:-1] if _CONTROL.search(value) or "\\" in value else value
+    return repr(value)
+
+
+def _is_int(value: t.Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
+
+
+def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional[str]:
+    """One problem with one value, or None."""
+    shown = show(value)
+    if kind == "release":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return ('%s=%s was read as a number: quote it, %s: "%s" (YAML turns 13.10 into 13.1)'
+                    % (var, shown, var, value))
+        if not isinstance(value, str) or not _RELEASE.fullmatch(value):
+            return '%s=%s: give MAJOR.MINOR, for example "13.0"' % (var, shown)
+        return None
+    if kind == "int":
+        if not _is_int(value):
+            return "%s=%s: give a whole number from %d to %d" % (var, shown, low, high)
+        if not low <= int(value) <= high:
+            return "%s=%s is out of range: give a whole number from %d to %d" % (var, shown, low, high)
+        return None
+    if not isinstance(value, str):
+        return "%s=%s: give a string, not a %s" % (var, shown, type(value).__name__)
+    if _CONTROL.search(value):
+        return "%s=%s holds a control character (newline, tab, ...): remove it" % (var, shown)
+    if kind == "text":
+        return None
+    if kind == "path":
+        if not _PATH.fullmatch(value):
+            return ("%s=%s: give an absolute path of letters, digits and . _ - + @ / only (no spaces, quotes, %%, $ or "
+                    "backslashes: it goes into unit and environment files)" % (var, shown))
+        return None
+    if kind == "user":
+        if not _USER.fullmatch(value):
+            return "%s=%s: give a system user name (lower case letters, digits, _ and -)" % (var, shown)
+        if value == "root":
+            return ("%s=root: the services and the JIT cache must not run as root; give an unprivileged user "
+                    "(default: sglang, created by inferops.blackwell.flashinfer)" % var)
+        return None
+    if kind == "url_path":
+        if not _URL_PATH.fullmatch(value):
+            return "%s=%s: give a URL path such as /health (letters, digits, . _ ~ - /)" % (var, shown)
+        return None
+    raise AnsibleFilterError("input_problems: unknown kind %r for %s" % (kind, var))
+
+
+def input_problems(checks: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[str]:
+    """Problems with operator input, each naming the variable and the fix; empty when all is well.
+
+    Each check is {var, value, kind} with kind one of release (MAJOR.MINOR as a string), int (with
+    min and max), text (a string without control characters), path (absolute, safe in unit and
+    environment files), user (an unprivileged user name), url_path.
+    """
+    if not isinstance(checks, (list, tuple)):
+        raise AnsibleFilterError("input_problems expects a list of {var, value, kind}")
+    problems = []
+    for check in checks:
+        problem = _check(str(check["var"]), check.get("value"), str(check["kind"]),
+                         int(check.get("min", 0)), int(check.get("max", 2 ** 31 - 1)))
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_env_extra") -> t.List[str]:
+    """Problems with extra environment variables (NAME: value) for a systemd EnvironmentFile= and a shell script.
+
+    Names must be shell variable names that neither override what the roles pin (managed) nor load code into
+    every consumer (LD_*, PYTHONPATH, ...); values must be scalars without control characters or single quotes
+    (both files quote values in single quotes).
+    """
+    if not isinstance(extra, dict):
+        return ["%s must be a mapping of NAME: value, not a %s" % (var, type(extra).__name__)]
+    problems = []
+    for name, value in extra.items():
+        key = str(name)
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(key):
+            problems.append("%s: %s is not a variable name (letters, digits and _, not starting with a digit; no =, "
+                            "spaces or newlines)" % (var, show(name)))
+        elif key in managed:
+            problems.append("%s sets %s, which the roles pin: use the cuda_env variable for it" % (var, key))
+        elif key in _ENV_RESERVED or key.startswith(_ENV_RESERVED_PREFIXES):
+            problems.append("%s sets %s, which would change what every service loads or which GPUs it sees (per service: "
+                            "sglang_service_ar / sglang_service_spec gpus): remove it" % (var, key))
+        if isinstance(value, (dict, list)) or value is None:
+            problems.append("%s.%s: give a string or a number, not %s" % (var, show(name), show(value)))
+        elif _CONTROL.search(str(value)) or "'" in str(value):
+            problems.append("%s.%s=%s holds a control character or a single quote: remove it" % (var, show(name), show(value)))
+    return problems
+
+
+class FilterModule:
+    """inferops.blackwell input checks."""
+
+    def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
+        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems}

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The input_problems and env_extra_problems filters: bad operator input named, with the fix."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.inferops.blackwell.plugins.filter.inputs import env_extra_problems, input_problems
+
+MANAGED = ["CUDA_HOME", "PATH", "LD_LIBRARY_PATH"]
+
+
+def one(var: str, value: t.Any, kind: str, **bounds: int) -> t.List[str]:
+    return input_problems([dict({"var": var, "value": value, "kind": kind}, **bounds)])
+
+
+@pytest.mark.parametrize("value", ["13.0", "12.9", "14.10"])
+def test_release_accepts_major_minor_strings(value: str) -> None:
+    assert one("cuda_toolkit_version", value, "release") == []
+
+
+@pytest.mark.parametrize("value", ["13", "13.x", "abc", "13.0.1", "13.0\n", " 13.0", ""])
+def test_release_refuses_anything_else_naming_the_variable(value: str) -> None:
+    problems = one("cuda_toolkit_version", value, "release")
+    assert len(problems) == 1
+    assert problems[0].startswith("cuda_toolkit_version=")
+    assert 'give MAJOR.MINOR, for example "13.0"' in problems[0]
+
+
+def test_release_read_as_a_yaml_number_says_to_quote_it() -> None:
+    problems = one("cuda_toolkit_version", 13.0, "release")
+    assert problems == ['cuda_toolkit_version=13.0 was read as a number: quote it, cuda_toolkit_version: "13.0" '
+                        "(YAML turns 13.10 into 13.1)"]
+
+
+def test_a_trailing_newline_is_shown_escaped() -> None:
+    problems = one("cuda_toolkit_version", "13.0\n", "release")
+    assert "13.0\\n" in problems[0] and "\n" not in problems[0]
+
+
+@pytest.mark.parametrize("value", [30000, "30000", 1024, 65535])
+def test_int_in_range(value: t.Any) -> None:
+    assert one("port", value, "int", min=1024, max=65535) == []
+
+
+@pytest.mark.parametrize("value, words", [(22, "out of range"), (70000, "out of range"), ("http", "whole number"),
+                                          (True, "whole number"), (1.5, "whole number"), (None, "whole number")])
+def test_int_refused(value: t.Any, words: str) -> None:
+    problems = one("sglang_service_health_delay", value, "int", min=1024, max=65535)
+    assert len(problems) == 1 and words in problems[0] and problems[0].startswith("sglang_service_health_delay=")
+
+
+@pytest.mark.parametrize("value", ["/opt/sglang/venv", "/usr/local/cuda-13.0", "/var/lib/sglang", "/etc/inferops/cuda.env"])
+def test_paths_accepted(value: str) -> None:
+    assert one("cuda_env_sglang_venv", value, "path") == []
+
+
+@pytest.mark.parametrize("value", ["opt/venv", "/opt/my venv", "/opt/v'env", "/opt/venv\n", "/opt/%h", "/opt/$HOME",
+                                   "/opt/a\\b", "/opt/a;b", 5])
+def test_paths_refused(value: t.Any) -> None:
+    problems = one("cuda_env_sglang_venv", value, "path")
+    assert len(problems) == 1 and problems[0].startswith("cuda_env_sglang_venv=")
+
+
+def test_root_is_refused_as_a_service_user() -> None:
+    problems = one("sglang_service_user", "root", "user")
+    assert problems and "must not run as root" in problems[0] and "sglang" in problems[0]
+
+
+@pytest.mark.parametrize("value", ["sg lang", "SGLANG", "a\nb", "x;y", ""])
+def test_user_names_refused(value: str) -> None:
+    assert one("flashinfer_service_user", value, "user")
+
+
+def test_text_refuses_only_control_characters() -> None:
+    assert one("served_model_name", "Llama 3.1: 70B #1 'q' %h $x", "text") == []
+    assert one("served_model_name", "a\nExecStart=/bin/sh", "text")
+
+
+def test_url_path() -> None:
+    assert one("sglang_service_health_path", "/health", "url_path") == []
+    assert one("sglang_service_health_path", "health", "url_path")
+    assert one("sglang_service_health_path", "/h?x=1", "url_path")
+
+
+def test_unknown_kind_is_a_programming_error() -> None:
+    with pytest.raises(AnsibleFilterError):
+        one("x", "y", "colour")
+
+
+def test_env_extra_accepts_ordinary_variables() -> None:
+    assert env_extra_problems({"MAX_JOBS": "16", "NCCL_DEBUG": "INFO", "OPTS": "a=b c", "N": 4}, MANAGED) == []
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"FOO\n": "x"}, "not a variable name"),
+    ({"A=B": "x"}, "not a variable name"),
+    ({"1X": "x"}, "not a variable name"),
+    ({"FOO": "x\ny"}, "control character"),
+    ({"FOO": "it's"}, "single quote"),
+    ({"FOO": {"a": 1}}, "string or a number"),
+    ({"PATH": "/x"}, "which the roles pin"),
+    ({"CUDA_HOME": "/x"}, "which the roles pin"),
+    ({"LD_PRELOAD": "/x.so"}, "would change what every service loads"),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, "which GPUs it sees"),
+    ({"PYTHONPATH": "/x"}, "would change what every service loads"),
+])
+def test_env_extra_refused(extra: t.Dict[str, t.Any], words: str) -> None:
+    problems = env_extra_problems(extra, MANAGED)
+    assert len(problems) == 1 and words in problems[0] and problems[0].startswith("cuda_env_extra")
+
+
+def test_env_extra_must_be_a_mapping() -> None:
+    assert env_extra_problems(["A=1"], MANAGED) == ["cuda_env_extra must be a mapping of NAME: value, not a list"]
