@@ -544,6 +544,22 @@ def write_node_files(node: Node, profile: str, address: str) -> None:
     with open(ssh_key() + ".pub") as source, open(merged + "/root/.ssh/authorized_keys", "w") as handle:
         handle.write(source.read())
     os.chmod(merged + "/root/.ssh/authorized_keys", 0o600)
+    # LAB TEST EQUIPMENT: the compile cache in front of nvcc (FLASHINFER_NVCC_LAUNCHER in inventories/lab).
+    os.makedirs(merged + "/usr/lib/inferops-lab", exist_ok=True)
+    for name, mode in (("lab_nvcc_cache.py", 0o644), ("lab-nvcc-cache", 0o755)):
+        shutil.copy(os.path.join(HERE, "nvcc_cache", name), merged + "/usr/lib/inferops-lab/" + name)
+        os.chmod(merged + "/usr/lib/inferops-lab/" + name, mode)
+    os.makedirs(merged + "/var/cache/lab-nvcc-cache", exist_ok=True)
+
+
+def nvcc_cache_dir() -> str:
+    """The lab's compile cache on the host, shared by every node (LAB TEST EQUIPMENT, see nvcc_cache/)."""
+    path = os.path.join(STATE, "nvcc-cache")
+    if not os.path.isdir(path):
+        os.makedirs(path)
+        # written by each node's service user, whose uid differs from node to node
+        os.chmod(path, 0o1777)
+    return path
 
 
 def boot(node: Node) -> None:
@@ -555,6 +571,7 @@ def boot(node: Node) -> None:
         "systemd-nspawn", "--quiet", "--boot", "--directory=" + node.merged, "--machine=" + node.name,
         "--register=no", "--keep-unit", "--network-namespace-path=/run/netns/" + node.netns,
         "--link-journal=no", "--resolv-conf=off", "--timezone=off", "--console=read-only",
+        "--bind=%s:/var/cache/lab-nvcc-cache" % nvcc_cache_dir(),
     ]
     env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
     with open(node.logfile, "ab") as logfile:

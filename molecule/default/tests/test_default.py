@@ -15,6 +15,8 @@ import typing as t
 
 import pytest
 
+# site-mixed (the bad-input matrix's spare node) is never provisioned.
+testinfra_hosts = ["ansible://site-pro6000", "ansible://site-b300"]
 CACHE = "/var/lib/sglang/.cache/flashinfer/0.6.18"
 ARCH = {"site-pro6000": "120f", "site-b300": "103a"}
 ATTENTION = ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128"

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""LAB TEST EQUIPMENT -- a compile cache for nvcc, used as FlashInfer's FLASHINFER_NVCC_LAUNCHER on lab nodes.
+
+Not simulation: every object it hands out was produced by the real nvcc 13.0 from the same source, the
+same headers and the same flags; ninja, the link step and FlashInfer's JIT logic run as always. It exists
+so the test suite pays for each distinct compile once (CI has 2 cores; a module takes minutes), the way
+ccache's direct mode would -- ccache 4.7 (Debian 12) cannot cache nvcc called with
+--generate-dependencies-with-compile, which FlashInfer's build files use.
+
+Key: nvcc's --version, the flags with the toolkit root and the output paths replaced by placeholders,
+and the source's sha256. An entry also records every header the real compile read (from its -MF
+dependency file) with its sha256; a hit needs all of them unchanged. Two toolkits of the same release
+at different paths (a CUDA_HOME change) share entries when their headers are identical.
+
+Cache: /var/cache/lab-nvcc-cache (the lab mounts .build/lab/nvcc-cache there). Without it, or for a
+command line it does not understand, it runs nvcc as given. Each call appends hit/miss to its log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import typing as t
+
+CACHE = os.environ.get("LAB_NVCC_CACHE_DIR", "/var/cache/lab-nvcc-cache")
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def option(argv: t.List[str], name: str) -> t.Optional[str]:
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+
+
+def dependencies(text: str) -> t.List[str]:
+    """Paths listed in a make-style dependency file (after the first colon)."""
+    body = text.replace("\\\n", " ")
+    _target, _colon, deps = body.partition(": ")
+    return [path for path in deps.split() if path]
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o777, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path))
+    with os.fdopen(handle, "wb") as out:
+        out.write(data)
+    os.chmod(temporary, 0o666)
+    os.replace(temporary, path)
+
+
+def log(entry: t.Dict[str, t.Any]) -> None:
+    with open(os.path.join(CACHE, "log.jsonl"), "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+def main(argv: t.List[str]) -> int:
+    nvcc = argv[0] if argv else ""
+    out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
+    if not os.path.isdir(CACHE) or not nvcc.endswith("/nvcc") or not (out and dep and src):
+        return subprocess.call(argv)
+    os.umask(0)
+    root = os.path.dirname(os.path.dirname(nvcc))
+    placeholders = [(out + ".d", "@DEP@"), (dep, "@DEP@"), (out, "@OUT@"), (src, "@SRC@"), (root, "@CUDA@")]
+
+    def normal(text: str) -> str:
+        for real, mark in placeholders:
+            text = text.replace(real, mark)
+        return text
+
+    def real(text: str) -> str:
+        for path, mark in reversed(placeholders):
+            text = text.replace(mark, path)
+        return text
+
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(json.dumps([version, [normal(arg) for arg in argv[1:]], sha256_file(src)]).encode()).hexdigest()
+    manifest_path = os.path.join(CACHE, "manifests", key + ".json")
+    started = time.monotonic()
+    try:
+        with open(manifest_path) as handle:
+            entries = json.load(handle)
+    except (OSError, ValueError):
+        entries = []
+    for entry in entries:
+        try:
+            if all(sha256_file(real(path)) == digest for path, digest in entry["deps"].items()):
+                with open(os.path.join(CACHE, "objects", entry["object"]), "rb") as handle:
+                    write_atomic(out, handle.read())
+                write_atomic(dep, real(entry["depfile"]).encode())
+                log({"result": "hit", "source": src, "seconds": round(time.monotonic() - started, 2)})
+                return 0
+        except OSError:
+            continue
+    rc = subprocess.call(argv)
+    if rc != 0:
+        return rc
+    with open(dep) as handle:
+        depfile = handle.read()
+    deps = {normal(path): sha256_file(path) for path in dependencies(depfile) if os.path.isfile(path)}
+    object_sum = sha256_file(out)
+    with open(out, "rb") as handle:
+        write_atomic(os.path.join(CACHE, "objects", object_sum), handle.read())
+    entries.append({"deps": deps, "object": object_sum, "depfile": normal(depfile)})
+    write_atomic(manifest_path, json.dumps(entries).encode())
+    log({"result": "miss", "source": src, "seconds": round(time.monotonic() - started, 2)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lab's compile cache (molecule/lab/nvcc_cache): a repeat is served, any change of source, header or flags compiles."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import typing as t
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+FAKE_NVCC = """#!/bin/sh
+# counts real compiles; writes an object from the source and header, and a dependency file naming both
+[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }
+echo x >> "$(dirname "$0")/calls"
+while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift;; -MF) dep=$2; shift;; -c) src=$2; shift;; esac; shift; done
+inc="$(dirname "$(dirname "$0")")/include/h.cuh"
+cat "$src" "$inc" > "$out"
+printf '%s: %s \\\\\\n %s\\n' "$out" "$src" "$inc" > "$dep"
+"""
+
+
+def toolkit(base: t.Any, name: str) -> str:
+    root = base / name
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "h.cuh").write_text("header 1\n")
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(0o755)
+    return str(nvcc)
+
+
+@pytest.fixture(name="cache")
+def fixture_cache(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Any:
+    monkeypatch.setenv("LAB_NVCC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    spec = importlib.util.spec_from_file_location("lab_nvcc_cache", os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_once(cache: t.Any, nvcc: str, tmp_path: t.Any, flags: t.Sequence[str] = ("-gencode=arch=compute_120f,code=sm_120f",)) -> str:
+    build = tmp_path / "build"
+    build.mkdir(exist_ok=True)
+    out = str(build / "k.cuda.o")
+    assert cache.main([nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d", *flags, "-c", str(tmp_path / "k.cu"), "-o", out]) == 0
+    with open(out) as handle:
+        return handle.read()
+
+
+def calls(nvcc: str) -> int:
+    path = os.path.join(os.path.dirname(nvcc), "calls")
+    return len(open(path).read().split()) if os.path.exists(path) else 0
+
+
+def test_a_repeat_is_served_from_the_cache_with_its_dependency_file(cache: t.Any, tmp_path: t.Any) -> None:
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    first = compile_once(cache, nvcc, tmp_path)
+    os.remove(str(tmp_path / "build" / "k.cuda.o"))
+    os.remove(str(tmp_path / "build" / "k.cuda.o.d"))
+    assert compile_once(cache, nvcc, tmp_path) == first == "kernel 1\nheader 1\n"
+    assert calls(nvcc) == 1
+    depfile = (tmp_path / "build" / "k.cuda.o.d").read_text()
+    assert str(tmp_path / "k.cu") in depfile and os.path.dirname(os.path.dirname(nvcc)) + "/include/h.cuh" in depfile
+
+
+def test_a_changed_header_source_or_flag_compiles_again(cache: t.Any, tmp_path: t.Any) -> None:
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    compile_once(cache, nvcc, tmp_path)
+    (tmp_path / "cuda-13.0" / "include" / "h.cuh").write_text("header 2\n")
+    assert compile_once(cache, nvcc, tmp_path) == "kernel 1\nheader 2\n"
+    (tmp_path / "k.cu").write_text("kernel 2\n")
+    compile_once(cache, nvcc, tmp_path)
+    compile_once(cache, nvcc, tmp_path, flags=("-gencode=arch=compute_103a,code=sm_103a",))
+    assert calls(nvcc) == 4
+
+
+def test_the_same_release_at_another_path_shares_entries(cache: t.Any, tmp_path: t.Any) -> None:
+    first, second = toolkit(tmp_path, "cuda-13.0"), toolkit(tmp_path / "opt", "cuda-13.0")
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    compile_once(cache, first, tmp_path)
+    compile_once(cache, second, tmp_path)
+    assert (calls(first), calls(second)) == (1, 0)
+    assert os.path.dirname(os.path.dirname(second)) + "/include/h.cuh" in (tmp_path / "build" / "k.cuda.o.d").read_text()
