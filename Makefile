@@ -25,7 +25,7 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -60,7 +60,10 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
-test: lint sanity units molecule
+# sanity (mostly pip installs and pylint) and the lab's images and mirror (debootstrap, downloads) run side by side.
+test: lint
+	$(MAKE) --no-print-directory --output-sync=target -j2 sanity lab-images
+	$(MAKE) --no-print-directory units molecule
 
 lint: ruff ansible-lint
 
@@ -83,8 +86,13 @@ sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TE
 units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
+# The lab's cached layers (base rootfs, incident image) and its mirror (CUDA wheels, signed apt repository).
+lab-images: debs venv
+	$(LABCTL) build
+	$(LABCTL) mirror --apt
+
 # molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
-MOLECULE_SCENARIOS := incident toolkit_pip toolkit_apt flashinfer_strategies default remediation
+MOLECULE_SCENARIOS := incident toolkit_apt flashinfer_strategies default
 molecule: debs venv link
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
 

@@ -112,7 +112,7 @@ def rollback_case(case: t.Mapping[str, t.Any], inventory: str, node: t.Mapping[s
     with open(extra_file, "w") as handle:
         json.dump(extra, handle)
     before = ssh(node, SNAPSHOT)
-    rc, output, seconds = run_site(inventory, ["--limit", "site-pro6000", "-e", "@" + extra_file],
+    rc, output, seconds = run_site(inventory, ["--limit", "site-pro6000", "-e", "@" + extra_file, "--tags", case["tags"]],
                                    os.path.join(out, "rollback-%d.log" % number))
     after = ssh(node, SNAPSHOT)
     problems = ["the run succeeded"] if rc == 0 else []

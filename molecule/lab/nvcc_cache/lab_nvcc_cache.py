@@ -14,8 +14,9 @@ and the source's sha256. An entry also records every header the real compile rea
 dependency file) with its sha256; a hit needs all of them unchanged. Two toolkits of the same release
 at different paths (a CUDA_HOME change) share entries when their headers are identical.
 
-Cache: /var/cache/lab-nvcc-cache (the lab mounts .build/lab/nvcc-cache there). Without it, or for a
-command line it does not understand, it runs nvcc as given. Each call appends hit/miss to its log.
+Cache: /var/cache/lab-nvcc-cache (the lab mounts .build/lab/nvcc-cache there). Without it, while
+/etc/inferops-lab/nvcc-cache-off exists, or for a command line it does not understand, it runs nvcc as
+given. Each cached or stored call appends hit/miss to its log.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import time
 import typing as t
 
 CACHE = os.environ.get("LAB_NVCC_CACHE_DIR", "/var/cache/lab-nvcc-cache")
+# While this file exists every call compiles for real (molecule/lab/damage.yml needs a build that takes long enough
+# to be killed halfway).
+OFF = os.environ.get("LAB_NVCC_CACHE_OFF", "/etc/inferops-lab/nvcc-cache-off")
 
 
 def sha256_file(path: str) -> str:
@@ -68,7 +72,7 @@ def log(entry: t.Dict[str, t.Any]) -> None:
 def main(argv: t.List[str]) -> int:
     nvcc = argv[0] if argv else ""
     out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
-    if not os.path.isdir(CACHE) or not nvcc.endswith("/nvcc") or not (out and dep and src):
+    if not os.path.isdir(CACHE) or os.path.exists(OFF) or not nvcc.endswith("/nvcc") or not (out and dep and src):
         return subprocess.call(argv)
     os.umask(0)
     root = os.path.dirname(os.path.dirname(nvcc))

@@ -90,3 +90,13 @@ def test_the_same_release_at_another_path_shares_entries(cache: t.Any, tmp_path:
     compile_once(cache, second, tmp_path)
     assert (calls(first), calls(second)) == (1, 0)
     assert os.path.dirname(os.path.dirname(second)) + "/include/h.cuh" in (tmp_path / "build" / "k.cuda.o.d").read_text()
+
+
+def test_the_off_switch_compiles_for_real(cache: t.Any, tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    compile_once(cache, nvcc, tmp_path)
+    (tmp_path / "off").write_text("")
+    monkeypatch.setattr(cache, "OFF", str(tmp_path / "off"))
+    compile_once(cache, nvcc, tmp_path)
+    assert calls(nvcc) == 2
