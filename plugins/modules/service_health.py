@@ -116,16 +116,21 @@ def parse_show(text: str) -> t.Dict[str, str]:
     return state
 
 
-def died(state: t.Mapping[str, str], restarts_before: int) -> t.Optional[str]:
-    """Why a unit can no longer become healthy without another start, or None while it may still."""
+def died(state: t.Mapping[str, str], restarts_before: int, waiting_before: bool = False) -> t.Optional[str]:
+    """Why a unit can no longer become healthy without another start, or None while it may still.
+
+    waiting_before: the unit was already waiting for its automatic restart when the wait began (a start request does not
+    cut that wait short), so that restart is given its chance.
+    """
     active, sub = state.get("ActiveState", ""), state.get("SubState", "")
+    restarts = int(state.get("NRestarts") or 0)
     if active in ("failed", "inactive", "deactivating"):
         return "the unit is %s (%s)" % (active, state.get("Result") or sub)
-    if sub == "auto-restart":
+    if sub == "auto-restart" and not (waiting_before and restarts == restarts_before):
         return "the unit exited (%s) and systemd is about to restart it" % (state.get("Result") or "failed")
-    restarts = int(state.get("NRestarts") or 0)
-    if restarts > restarts_before:
-        return "the unit restarted %d time(s) since the wait began (it crashed)" % (restarts - restarts_before)
+    expected = restarts_before + (1 if waiting_before else 0)
+    if restarts > expected:
+        return "the unit restarted %d time(s) since the wait began (it crashed)" % (restarts - expected)
     return None
 
 
@@ -162,7 +167,9 @@ def wait(waiter: Waiter, services: t.List[t.Dict[str, t.Any]], *, timeout: float
     started = clock()
     results = {s["name"]: {"name": s["name"], "healthy": False, "reason": "", "seconds": 0.0, "state": {}, "journal": ""}
                for s in services}
-    before = {s["name"]: int(waiter.state(s["name"]).get("NRestarts") or 0) for s in services}
+    initial = {s["name"]: waiter.state(s["name"]) for s in services}
+    before = {name: int(state.get("NRestarts") or 0) for name, state in initial.items()}
+    waiting = {name: state.get("SubState") == "auto-restart" for name, state in initial.items()}
     pending = [s for s in services]
     while pending:
         for service in list(pending):
@@ -174,7 +181,7 @@ def wait(waiter: Waiter, services: t.List[t.Dict[str, t.Any]], *, timeout: float
                 result.update(healthy=True, seconds=round(clock() - started, 1))
                 pending.remove(service)
                 continue
-            reason = died(state, before[name])
+            reason = died(state, before[name], waiting[name])
             if reason:
                 result.update(reason="%s %d s after the wait began" % (reason, clock() - started),
                               seconds=round(clock() - started, 1))

@@ -77,3 +77,19 @@ def test_a_service_that_never_answers_times_out() -> None:
 def test_parse_show() -> None:
     assert service_health.parse_show("ActiveState=active\nSubState=running\nNRestarts=0\n") == {
         "ActiveState": "active", "SubState": "running", "NRestarts": "0"}
+
+
+def test_a_unit_already_waiting_for_its_restart_gets_that_restart() -> None:
+    # a start request does not cut systemd's RestartSec short: the pending restart may succeed (the cause was fixed)
+    waiting = {"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code", "NRestarts": "2"}
+    restarted = dict(ACTIVE, NRestarts="3")
+    assert run(FakeWaiter([waiting, waiting, waiting, restarted], [True]), timeout=1800)[0]["healthy"]
+
+
+def test_a_unit_waiting_again_after_its_pending_restart_has_died() -> None:
+    waiting = {"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code", "NRestarts": "2"}
+    again = dict(waiting, NRestarts="3")
+    result = run(FakeWaiter([waiting, waiting, dict(ACTIVE, NRestarts="3"), again], []), timeout=1800)[0]
+    assert not result["healthy"] and result["reason"].startswith("the unit exited (exit-code)")
+    result = run(FakeWaiter([waiting, dict(ACTIVE, NRestarts="4")], []), timeout=1800)[0]
+    assert "restarted 1 time(s)" in result["reason"]
