@@ -170,7 +170,7 @@ def wait(waiter: Waiter, services: t.List[t.Dict[str, t.Any]], *, timeout: float
     initial = {s["name"]: waiter.state(s["name"]) for s in services}
     before = {name: int(state.get("NRestarts") or 0) for name, state in initial.items()}
     waiting = {name: state.get("SubState") == "auto-restart" for name, state in initial.items()}
-    pending = [s for s in services]
+    pending = list(services)
     while pending:
         for service in list(pending):
             name = service["name"]

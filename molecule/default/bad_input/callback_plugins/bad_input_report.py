@@ -27,7 +27,6 @@ requirements:
 """
 
 
-
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"

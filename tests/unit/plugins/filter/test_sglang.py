@@ -110,9 +110,9 @@ def test_a_service_over_gpus_of_two_sm_families_is_refused_naming_each_family() 
     mixed = {"gpu_count": 8, "verdict_message": "",
              "gpus": [{"index": i, "compute_capability": {"major": 12 if i < 4 else 9, "minor": 0}} for i in range(8)]}
     problems = plan(facts=mixed)["problems"]
-    assert problems[0:1] == ["sglang_service_ar.gpus spans GPUs of different SM (SM 12.0: GPU 0, 1, 2, 3; SM 9.0: GPU 4, 5, 6, 7): "
-                        "one service runs on one kind of GPU; set sglang_service_ar.gpus to one kind (and the other "
-                        "service's gpus to the other)"]
+    assert problems[0:1] == [
+        "sglang_service_ar.gpus spans GPUs of different SM (SM 12.0: GPU 0, 1, 2, 3; SM 9.0: GPU 4, 5, 6, 7): "
+        "one service runs on one kind of GPU; set sglang_service_ar.gpus to one kind (and the other service's gpus to the other)"]
     assert plan(ar={"gpus": [0, 1, 2, 3]}, spec={"gpus": [4, 5, 6, 7]}, facts=mixed)["problems"] == []
 
 
