@@ -60,10 +60,11 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
-# sanity (mostly pip installs and pylint) and the lab's images and mirror (debootstrap, downloads) run side by side.
+# sanity (mostly pip installs and pylint), the lab's images and mirror (debootstrap, downloads) and the unit tests
+# run side by side; then the molecule scenarios, one after the other (they share the lab's bridge and mirror).
 test: lint
-	$(MAKE) --no-print-directory --output-sync=target -j2 sanity lab-images
-	$(MAKE) --no-print-directory units molecule
+	$(MAKE) --no-print-directory --output-sync=target -j3 sanity lab-images units
+	$(MAKE) --no-print-directory molecule
 
 lint: ruff ansible-lint
 

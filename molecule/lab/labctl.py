@@ -412,6 +412,13 @@ def serve_mirror() -> None:
     with open(os.path.join(STATE, "mirror.log"), "ab") as logfile:
         process = subprocess.Popen([sys.executable, "-m", "http.server", str(MIRROR_PORT), "--bind", GATEWAY, "--directory", MIRROR],
                                    stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile, start_new_session=True)
+    time.sleep(0.5)
+    if process.poll() is not None:
+        # another server holds the port -- most likely the mirror of another checkout's lab, which would serve the
+        # nodes that checkout's files instead of this one's
+        raise SystemExit("labctl: the lab mirror could not listen on %s:%d (see %s); another process holds the port "
+                         "(ss -ltnp 'sport = :%d'): stop it, or run `labctl fleet-down` in the checkout that started it"
+                         % (GATEWAY, MIRROR_PORT, os.path.join(STATE, "mirror.log"), MIRROR_PORT))
     with open(os.path.join(STATE, "mirror.pid"), "w") as handle:
         handle.write("%d\n" % process.pid)
     log("lab mirror at %s (pid %d)" % (MIRROR_URL, process.pid))
