@@ -62,7 +62,7 @@ CUDA_128 = "/usr/local/cuda-12.8"
 CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
 VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
 # Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
-IMAGE_STEPS_VERSION = "4"
+IMAGE_STEPS_VERSION = "5"
 
 
 def log(message: str) -> None:
@@ -210,7 +210,8 @@ def chroot(merged: str, command: t.List[str]) -> None:
 def build_incident(base: str, wheels: str) -> str:
     layer = os.path.join(STATE, "incident")
     stamp = os.path.join(STATE, "incident.recipe")
-    inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "sglang_standin", "models", "LAB-NODE.txt")]
+    inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "gpu_only", "sglang_standin", "models",
+                                                    "LAB-NODE.txt")]
     inputs.append(os.path.join(ROOT, "plugins", "module_utils", "toolkit.py"))
     recipe = recipe_hash(inputs + [VENV_REQUIREMENTS],
                          [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
@@ -239,11 +240,13 @@ def build_incident(base: str, wheels: str) -> str:
                         "--no-deps", "--find-links", "/mnt/wheels"] + venv_requirements())
         site = output(["chroot", merged, SGLANG_VENV + "/bin/python", "-c",
                        "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
-        shutil.copytree(os.path.join(HERE, "sglang_standin", "sglang"), merged + site + "/sglang",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(os.path.join(HERE, "torch_gpus", "inferops_lab_torch_gpus.py"), merged + site)
-        with open(merged + site + "/inferops_lab_torch_gpus.pth", "w") as handle:
-            handle.write("import inferops_lab_torch_gpus\n")
+        # The real SGLang is installed; only its server entry point is the lab's (the model and serving simulated).
+        shutil.copy(os.path.join(HERE, "sglang_standin", "inferops_lab_sglang.py"), merged + site)
+        shutil.copy(os.path.join(HERE, "sglang_standin", "launch_server.py"), merged + site + "/sglang/launch_server.py")
+        for name in ("torch_gpus/inferops_lab_torch_gpus", "gpu_only/inferops_lab_gpu_only"):
+            shutil.copy(os.path.join(HERE, name + ".py"), merged + site)
+            with open(merged + site + "/" + os.path.basename(name) + ".pth", "w") as handle:
+                handle.write("import %s\n" % os.path.basename(name))
 
         # Lab nodes are air-gapped: their only package sources are the ones a role adds (the lab mirror).
         with open(merged + "/etc/apt/sources.list", "w") as handle:
@@ -257,7 +260,7 @@ def build_incident(base: str, wheels: str) -> str:
         shutil.copy(os.path.join(HERE, "LAB-NODE.txt"), merged + "/etc/motd")
         # SIMULATED models: config.json only (the stand-in reads the attention shape; nothing is loaded).
         shutil.copytree(os.path.join(HERE, "models"), merged + "/models")
-        chroot(merged, ["python3", "-m", "compileall", "-q", site + "/sglang"])
+        chroot(merged, ["python3", "-m", "compileall", "-q", site + "/sglang", site + "/inferops_lab_sglang.py"])
     finally:
         unmount_all(merged)
     shutil.rmtree(work, ignore_errors=True)

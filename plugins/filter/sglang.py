@@ -62,8 +62,8 @@ def _capabilities(gpu_facts: t.Mapping[str, t.Any], indexes: t.Iterable[int]) ->
 def _attention(var: str, wanted: str, capabilities: t.Set[t.Tuple[int, int]], problems: t.List[str]) -> t.Optional[str]:
     majors = {major for major, _minor in capabilities}
     if wanted == "auto":
-        # SGLang's default attention backend on SM 12.x is FlashInfer's; elsewhere SGLang picks its own.
-        return "flashinfer" if 12 in majors else None
+        # No --attention-backend: SGLang picks its own (get_default_attn_backend), and jit_cache asks SGLang which.
+        return None
     if wanted == "fa3" and majors != {9}:
         problems.append("%s.attention_backend=fa3 runs on Hopper (SM 9.x) only; these GPUs are SM %s: use auto or flashinfer"
                         % (var, ", ".join("%d.%d" % c for c in sorted(capabilities))))
@@ -177,8 +177,6 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         "visible_devices": ",".join(map(str, gpus)),
         "config": config,
         "health_url": "http://%s:%d%s" % (_health_host(config["host"]), port, health_path),
-        "flashinfer_attention": attention == "flashinfer",
-        "flashinfer_sampling": config["sampling-backend"] == "flashinfer",
     }
 
 

@@ -25,7 +25,25 @@ import typing as t
 PROFILE = os.environ.get("INFEROPS_LAB_GPU_PROFILE", "/etc/inferops-lab/gpu-profile.json")
 
 
-def profile_capabilities() -> t.List[t.Tuple[int, int]]:
+class Gpu(t.NamedTuple):
+    """What torch.cuda.get_device_properties() reports that the lab can know from a profile."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+
+
+def host_memory_mib() -> int:
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def profile_gpus() -> t.List[Gpu]:
     try:
         with open(PROFILE) as handle:
             profile = json.load(handle)
@@ -34,35 +52,68 @@ def profile_capabilities() -> t.List[t.Tuple[int, int]]:
     if profile.get("failure") or profile.get("garbled"):
         return []
     defaults = profile.get("defaults", {})
-    capabilities = []
+    gpus = []
     for gpu in profile.get("gpus", []):
-        major, minor = str(gpu.get("compute_cap", defaults.get("compute_cap"))).split(".")
-        capabilities.append((int(major), int(minor)))
+        merged = dict(defaults, **gpu)
+        major, minor = str(merged.get("compute_cap")).split(".")
+        # A GPU with unified memory (GB10: nvidia-smi says [N/A]) reports the system's memory to torch.
+        memory = merged.get("memory_mib") or host_memory_mib()
+        gpus.append(Gpu(str(merged.get("name", "NVIDIA GPU")), int(major), int(minor), int(memory) * 1024 * 1024,
+                        int(merged.get("sm_count", 0))))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         picked = [int(index) for index in visible.split(",") if index.strip().isdigit()]
-        capabilities = [capabilities[index] for index in picked if index < len(capabilities)]
-    return capabilities
+        gpus = [gpus[index] for index in picked if index < len(gpus)]
+    return gpus
+
+
+def profile_capabilities() -> t.List[t.Tuple[int, int]]:
+    return [(gpu.major, gpu.minor) for gpu in profile_gpus()]
 
 
 def patch(torch: types.ModuleType) -> None:
-    capabilities = profile_capabilities()
+    gpus = profile_gpus()
 
-    def device_count() -> int:
-        return len(capabilities)
-
-    def get_device_capability(device: t.Any = None) -> t.Tuple[int, int]:
+    def index_of(device: t.Any) -> int:
         index = 0
         if isinstance(device, int):
             index = device
+        elif isinstance(device, str) and ":" in device:
+            index = int(device.split(":", 1)[1])
         elif device is not None and getattr(device, "index", None) is not None:
             index = device.index
-        if not 0 <= index < len(capabilities):
-            raise RuntimeError("LAB SIMULATION: no GPU %r in the profile (%d GPUs)" % (device, len(capabilities)))
-        return capabilities[index]
+        if not 0 <= index < len(gpus):
+            raise RuntimeError("LAB SIMULATION: no GPU %r in the profile (%d GPUs)" % (device, len(gpus)))
+        return index
+
+    def device_count() -> int:
+        return len(gpus)
+
+    def get_device_capability(device: t.Any = None) -> t.Tuple[int, int]:
+        gpu = gpus[index_of(device)]
+        return gpu.major, gpu.minor
+
+    def get_device_name(device: t.Any = None) -> str:
+        return gpus[index_of(device)].name
+
+    def get_device_properties(device: t.Any = None) -> Gpu:
+        return gpus[index_of(device)]
+
+    def mem_get_info(device: t.Any = None) -> t.Tuple[int, int]:
+        total = gpus[index_of(device)].total_memory
+        return total, total
 
     torch.cuda.device_count = device_count
     torch.cuda.get_device_capability = get_device_capability
+    if gpus:
+        # What SGLang's platform detection reads: a CUDA torch (the lab venv stands for a cu130 build of the same
+        # release) with these devices. No kernel can run: tensors on "cuda" fail as they would without a driver.
+        torch.cuda.is_available = lambda: True
+        torch.version.cuda = "13.0"
+        torch.cuda.get_device_name = get_device_name
+        torch.cuda.get_device_properties = get_device_properties
+        torch.cuda.mem_get_info = mem_get_info
+        torch.cuda.current_device = lambda: 0
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):

@@ -10,11 +10,18 @@ reports is what a service would get.
 
   probe   print FlashInfer's view as JSON: version, resolved arch set, the CUDA
           version and CUDA_HOME it detects, the JIT workspace, each module's state
-  warm    compile the configured JIT modules that are not in the cache (compile
-          only: no GPU needed); clear stale lock files and half-built modules first;
-          rebuild everything when the toolkit changed since the last warm-up
+  warm    derive the JIT modules the SGLang services will ask for -- from their
+          --config files (sglang_config_dir), by SGLang's own parser, resolution
+          (backends, KV cache dtype) and ModelConfig, named by FlashInfer's own spec
+          functions -- add the configured ones (modules), and compile those not in
+          the cache (compile only: no GPU needed); clear stale lock files and
+          half-built modules first; rebuild everything when the toolkit changed
+          since the last warm-up; record what was derived from which file contents
+  plan    what warm would do: the derived and configured modules and their
+          state, as JSON; builds nothing
   check   the preflight (ExecStartPre=): in seconds, exit 0 when nvcc at CUDA_HOME
-          satisfies the GPUs, the arch set matches them and every module is cached;
+          satisfies the GPUs, the arch set matches them, every module is cached
+          and was derived from the services' configurations as they are now;
           otherwise exit 1 with the cause and the fix
 
 Configuration: /etc/inferops/flashinfer.json (written by the roles).
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import pwd
@@ -38,31 +46,132 @@ MARKER = "INFEROPS-JSON:"
 STAMP = "inferops-warm.json"
 
 # Runs inside the SGLang venv's Python: FlashInfer's own code decides everything reported.
-INNER = r'''
-import io, json, logging, os, shutil, sys, time, fcntl
+INNER = r"""
+import contextlib, hashlib, io, json, logging, os, shutil, sys, time, fcntl
 action, args = sys.argv[1], json.loads(sys.argv[2])
 captured = io.StringIO()
 handler = logging.StreamHandler(captured)
 logging.getLogger().addHandler(handler)
-out = {"warnings": [], "modules": [], "cleaned": []}
+out = {"warnings": [], "modules": [], "cleaned": [], "derived": None, "notes": []}
+LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 
-def make_spec(name):
-    if name == "sampling":
+def make_spec(recipe):
+    # One JIT module by FlashInfer's own spec function: a recipe (what the derivation or an operator names) -> spec.
+    import torch
+    if isinstance(recipe, str):
+        if recipe in ("sampling", "cascade", "norm"):
+            recipe = {"kind": recipe}
+        else:
+            try:
+                kind, dtype_name, head_dim = recipe.split(":")
+                recipe = {"kind": kind, "q": LEGACY[dtype_name], "kv": LEGACY[dtype_name], "o": LEGACY[dtype_name],
+                          "head_dim_qk": int(head_dim), "head_dim_vo": int(head_dim), "backend": "fa2"}
+            except (ValueError, KeyError):
+                raise ValueError("unknown module %r (known: sampling, cascade, norm, "
+                                 "<batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>)" % recipe) from None
+    kind = recipe["kind"]
+    if kind == "sampling":
         from flashinfer.jit.sampling import gen_sampling_module
         return gen_sampling_module()
-    kind, dtype_name, head_dim = name.split(":")
-    import torch
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-    head_dim = int(head_dim)
-    # SGLang's FlashInfer attention backend: paged KV cache, int32 indices, no positional encoding in the kernel,
-    # no sliding window, no logits soft cap (a model that uses them builds other variants at its first request).
+    if kind == "cascade":
+        from flashinfer.jit.cascade import gen_cascade_module
+        return gen_cascade_module()
+    if kind == "norm":
+        from flashinfer.jit.norm import gen_norm_module
+        return gen_norm_module()
+    q, kv, o = (getattr(torch, recipe[key]) for key in ("q", "kv", "o"))
+    window, cap = bool(recipe.get("sliding_window")), bool(recipe.get("logits_soft_cap"))
+    # SGLang's FlashInfer backend: paged KV cache, int32 indices, no positional encoding in the kernel (NONE = 0).
     if kind == "batch_decode":
         from flashinfer.jit.attention import gen_batch_decode_module
-        return gen_batch_decode_module(dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False)
+        return gen_batch_decode_module(q, kv, o, torch.int32, recipe["head_dim_qk"], recipe["head_dim_vo"], 0, window, cap)
     if kind == "batch_prefill":
         from flashinfer.jit.attention import gen_batch_prefill_module
-        return gen_batch_prefill_module("fa2", dtype, dtype, dtype, torch.int32, head_dim, head_dim, 0, False, False, False)
-    raise ValueError("unknown module %r (known: sampling, <batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>)" % name)
+        return gen_batch_prefill_module(recipe.get("backend", "fa2"), q, kv, o, torch.int32, recipe["head_dim_qk"],
+                                        recipe["head_dim_vo"], 0, window, cap, False)
+    raise ValueError("unknown module kind %r" % kind)
+
+def digest(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+def derive(paths):
+    # What each SGLang service will ask of FlashInfer, decided by SGLang's own code: its parser and resolution (the
+    # backends, the KV cache dtype) for the service's --config, its ModelConfig of the model directory, and its
+    # FlashInfer backend's tensor-core rule (sglang/srt/layers/attention/flashinfer_backend.py).
+    import torch
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.configs.model_config import ModelConfig
+    derived = {"configs": {}, "recipes": []}
+    for path in paths:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                server_args = prepare_server_args(["--config", path])
+        except SystemExit:
+            raise ValueError("SGLang rejects %s: %s" % (path, (said.getvalue().strip().splitlines() or ["?"])[-1])) from None
+        try:
+            server_args.resolve_once()
+        except Exception as exc:
+            raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
+        resolved = server_args.resolved_dict()
+        base = resolved.get("attention_backend")
+        backends = {resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base}
+        entry = {"sha256": digest(path), "attention_backends": sorted(map(str, backends)),
+                 "sampling_backend": resolved.get("sampling_backend"), "models": [], "modules": [], "not_warmed": []}
+        recipes = []
+        if resolved.get("sampling_backend") == "flashinfer":
+            recipes.append({"kind": "sampling", "why": "top-k / top-p / min-p requests"})
+        if "flashinfer" in backends:
+            from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
+            configs = [model_config_of(server_args)]
+            if resolved.get("speculative_draft_model_path"):
+                configs.append(ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]))
+            tp = int(resolved.get("tp_size") or 1)
+            names = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
+            for config in configs:
+                dtype = str(config.dtype).replace("torch.", "")
+                kv_name = resolved.get("kv_cache_dtype") or "auto"
+                kv = {"auto": dtype, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                      "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}.get(kv_name)
+                if kv is None:
+                    entry["not_warmed"].append("KV cache dtype %s: not derived; name the modules in flashinfer_jit_modules" % kv_name)
+                    continue
+                heads, kv_heads = int(config.num_attention_heads) // tp, int(config.get_num_kv_heads(tp))
+                tensor_cores = should_use_tensor_core(kv_cache_dtype=getattr(torch, kv), num_attention_heads=heads,
+                                                      num_kv_heads=kv_heads)
+                window = config.sliding_window_size if config.is_hybrid_swa else None
+                cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
+                head_dim, v_head_dim = int(config.head_dim), int(config.v_head_dim or config.head_dim)
+                entry["models"].append({"path": config.model_path, "dtype": dtype, "kv_cache_dtype": kv, "head_dim": head_dim,
+                                        "heads_per_rank": heads, "kv_heads_per_rank": kv_heads, "gqa_group": heads // max(kv_heads, 1),
+                                        "decode_tensor_cores": bool(tensor_cores), "sliding_window": window, "logit_cap": cap})
+                for use_window in ([True, False] if window else [False]):
+                    shape = {"q": dtype, "kv": kv, "o": dtype, "sliding_window": use_window, "logits_soft_cap": cap > 0}
+                    recipes.append(dict(shape, kind="batch_prefill", backend="fa2", head_dim_qk=head_dim, head_dim_vo=v_head_dim,
+                                        why="prefill (paged and ragged)%s" % (" and decode (tensor cores)" if tensor_cores else "")))
+                    if not tensor_cores:
+                        recipes.append(dict(shape, kind="batch_decode", head_dim_qk=head_dim, head_dim_vo=head_dim,
+                                            why="decode (GQA group %d < 4, no tensor cores)" % (heads // max(kv_heads, 1))))
+            recipes.append({"kind": "cascade", "why": "merge_state at the first prefix-cache hit"})
+        if "trtllm_mha" in backends:
+            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's trtllm-gen kernels (the fmha_gen module and the kernel "
+                                       "binaries FlashInfer downloads at run time, or flashinfer-cubin / FLASHINFER_CUBIN_DIR) "
+                                       "are not warmed by these roles; an air-gapped node fails at its first request")
+        others = sorted(b for b in backends if b not in ("flashinfer", "trtllm_mha"))
+        if others:
+            entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
+        entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
+        for recipe in recipes:
+            spec = make_spec(recipe)
+            recipe["uri"] = spec.name
+            if spec.name not in entry["modules"]:
+                entry["modules"].append(spec.name)
+            if spec.name not in [known["uri"] for known in derived["recipes"]]:
+                derived["recipes"].append(recipe)
+        derived["configs"][path] = entry
+    return derived
 
 def unheld(path):
     try:
@@ -94,14 +203,27 @@ try:
             previous = json.load(handle)
     except (OSError, ValueError):
         previous = None
-    out["stamp"] = previous
-    out["stamp_matches"] = previous == current
-    if action == "warm" and previous is not None and previous != current:
+    out["stamp"] = {key: value for key, value in (previous or {}).items() if key != "derived"} or None
+    out["stamp_matches"] = previous is not None and all(previous.get(key) == value for key, value in current.items())
+    if action == "warm" and previous is not None and not out["stamp_matches"]:
         shutil.rmtree(str(jit_env.FLASHINFER_JIT_DIR), ignore_errors=True)
-        out["cleaned"].append("cache of %s: built with %s, now %s" % (out["workspace"], previous, current))
-    for name in args["modules"]:
-        spec = make_spec(name)
-        entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0}
+        out["cleaned"].append("cache of %s: built with %s, now %s" % (out["workspace"], out["stamp"], current))
+        previous = None
+    if action in ("warm", "plan") and args.get("derive"):
+        out["derived"] = derive(args["sglang_configs"])
+        logging.getLogger().addHandler(handler)
+    elif previous is not None:
+        out["derived"] = previous.get("derived")
+    recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
+    seen = set()
+    for recipe in recipes:
+        spec = make_spec(recipe)
+        if spec.name in seen:
+            continue
+        seen.add(spec.name)
+        name = recipe if isinstance(recipe, str) else recipe["kind"]
+        entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
+                 "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why")}
         if action == "warm" and not spec.is_compiled:
             lock = str(spec.lock_path)
             if os.path.exists(lock) and unheld(lock):
@@ -119,14 +241,16 @@ try:
         out["modules"].append(entry)
     if action == "warm":
         os.makedirs(out["workspace"], exist_ok=True)
-        with open(stamp_path, "w") as handle:
-            json.dump(current, handle, indent=2, sort_keys=True)
+        with open(stamp_path + ".tmp", "w") as handle:
+            json.dump(dict(current, derived=out["derived"]), handle, indent=2, sort_keys=True)
+        os.replace(stamp_path + ".tmp", stamp_path)
+        out["stamp"] = current
         out["stamp_matches"] = True
 except Exception as exc:
     out["error"] = "%s: %s" % (type(exc).__name__, exc)
 out["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
 print("@MARKER@" + json.dumps(out))
-'''.replace("@STAMP@", STAMP).replace("@MARKER@", MARKER)
+""".replace("@STAMP@", STAMP).replace("@MARKER@", MARKER)
 
 
 def load_config(path: str) -> t.Dict[str, t.Any]:
@@ -135,8 +259,25 @@ def load_config(path: str) -> t.Dict[str, t.Any]:
             config = json.load(handle)
     except (OSError, ValueError) as exc:
         raise SystemExit("inferops-flashinfer: cannot read %s (%s): run the inferops.blackwell roles first" % (path, exc)) from None
-    config.setdefault("modules", ["sampling"])
+    config.setdefault("modules", [])
+    config.setdefault("derive", True)
+    config.setdefault("sglang_config_dir", "/etc/inferops/sglang")
     return config
+
+
+def sglang_configs(config: t.Dict[str, t.Any]) -> t.List[str]:
+    """The services' SGLang configurations (--config files, written by sglang_service): what the warm set is derived from."""
+    directory = config.get("sglang_config_dir", "/etc/inferops/sglang")
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".yaml"))
+    except OSError:
+        return []
+    return [os.path.join(directory, name) for name in names]
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def read_env_file(path: str) -> t.Dict[str, str]:
@@ -169,7 +310,9 @@ def inner(config: t.Dict[str, t.Any], action: str) -> t.Dict[str, t.Any]:
     python = os.path.join(config["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
         return {"error": "no Python at %s: check the SGLang venv path (flashinfer_venv)" % python}
-    done = subprocess.run([python, "-c", INNER, action, json.dumps({"modules": config["modules"]})],
+    request = {"modules": config["modules"], "derive": bool(config.get("derive", True)),
+               "sglang_configs": config.get("sglang_config_files") or sglang_configs(config)}
+    done = subprocess.run([python, "-c", INNER, action, json.dumps(request)],
                           env=service_env(config), capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(MARKER):
@@ -198,6 +341,30 @@ def tool_problems(config: t.Dict[str, t.Any]) -> t.List[str]:
     return problems
 
 
+def coverage_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
+    """The warm set was derived from the services' configurations as they are now (no SGLang import here: the
+    warm-up recorded what it derived, from which file contents, beside the cache)."""
+    if not config.get("derive", True):
+        return []
+    problems = []
+    paths = sglang_configs(config)
+    derived = (view.get("derived") or {}).get("configs") or {}
+    if paths and not derived:
+        problems.append("no record of a warm-up for the services' configurations in %s (a wiped cache, or never warmed). "
+                        "Fix: inferops-flashinfer warm, or the remediate playbook." % view.get("workspace"))
+        return problems
+    for path in paths:
+        if path not in derived or derived[path].get("sha256") != digest(path):
+            problems.append("%s changed since the cache was warmed (its modules may differ). Fix: inferops-flashinfer warm "
+                            "(the jit_cache role), then start the service." % path)
+    env = service_env(config)
+    jit_dir = env.get("SGLANG_JIT_CACHE_DIR")
+    if jit_dir and not os.access(jit_dir if os.path.isdir(jit_dir) else os.path.dirname(jit_dir), os.W_OK):
+        problems.append("SGLang's JIT cache %s (SGLANG_JIT_CACHE_DIR in %s) is not writable by %s. Fix: the jit_cache role "
+                        "or the remediate playbook creates it." % (jit_dir, config["env_file"], pwd.getpwuid(os.getuid()).pw_name))
+    return problems
+
+
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     """Causes and fixes; empty when the services would start."""
     problems = tool_problems(config)
@@ -218,6 +385,7 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     if config.get("min_cuda") and version_tuple(view.get("cuda_version")) < version_tuple(config["min_cuda"]):
         problems.append("FlashInfer detects CUDA %s at %s; the GPUs need >= %s. Fix: CUDA_HOME in %s (cuda_env, cuda_toolkit)."
                         % (view.get("cuda_version"), view.get("cuda_home"), config["min_cuda"], env_file))
+    problems.extend(coverage_problems(config, view))
     missing = [module["name"] for module in view.get("modules", []) if not module.get("compiled")]
     if missing:
         problems.append("JIT modules not in the cache at %s: %s (a wiped cache?). Fix: inferops-flashinfer warm, or the "
@@ -251,14 +419,27 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="inferops-flashinfer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=CONFIG)
-    parser.add_argument("command", choices=("probe", "warm", "check"))
+    parser.add_argument("--sglang-config", action="append", default=[], metavar="FILE",
+                        help="plan: derive from these SGLang configurations instead of sglang_config_dir's")
+    parser.add_argument("command", choices=("probe", "plan", "warm", "check"))
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    if args.command == "probe":
-        print(json.dumps(inner(config, "probe"), indent=2, sort_keys=True))
-        return 0
+    if args.sglang_config:
+        if args.command != "plan":
+            parser.error("--sglang-config goes with plan only")
+        config["sglang_config_files"] = [os.path.abspath(path) for path in args.sglang_config]
+    if args.command in ("probe", "plan"):
+        view = inner(config, args.command)
+        print(json.dumps(view, indent=2, sort_keys=True))
+        return 1 if args.command == "plan" and view.get("error") else 0
     if args.command == "warm":
-        base = read_env_file(config["env_file"]).get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
+        env = read_env_file(config["env_file"])
+        base = env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
+        for name in ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"):
+            # SGLang's own caches (its JIT kernels, and Triton's and the driver's under SGLANG_CACHE_DIR): made here, by
+            # the service user, so that a wiped cache is back before a service starts.
+            if env.get(name):
+                os.makedirs(env[name], mode=0o755, exist_ok=True)
         with WarmLock(base):
             view = inner(config, "warm")
         print(json.dumps(view, indent=2, sort_keys=True))

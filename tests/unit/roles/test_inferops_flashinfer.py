@@ -84,3 +84,56 @@ def test_a_missing_venv_python_is_named(node: t.Dict[str, t.Any]) -> None:
 def test_the_inner_program_compiles() -> None:
     compile(tool.INNER, "inner", "exec")
     assert tool.MARKER in tool.INNER and tool.STAMP in tool.INNER
+
+
+def with_configs(node: t.Dict[str, t.Any], tmp_path: t.Any, **files: str) -> t.Dict[str, t.Any]:
+    directory = tmp_path / "sglang"
+    directory.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (directory / (name + ".yaml")).write_text(text)
+    return dict(node, sglang_config_dir=str(directory))
+
+
+def derived_for(node: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    paths = tool.sglang_configs(node)
+    return {"configs": {path: {"sha256": tool.digest(path)} for path in paths}, "recipes": []}
+
+
+def test_a_warm_up_derived_from_the_configurations_as_they_are_passes(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n", "sglang-spec": "model-path: /models/x\n"})
+    assert tool.check(node, dict(GOOD, derived=derived_for(node))) == []
+
+
+def test_a_configuration_changed_since_the_warm_up_says_warm(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
+    view = dict(GOOD, derived=derived_for(node))
+    (tmp_path / "sglang" / "sglang-ar.yaml").write_text("model-path: /models/other\n")
+    problems = tool.check(node, view)
+    assert len(problems) == 1 and "sglang-ar.yaml changed since the cache was warmed" in problems[0]
+    assert "inferops-flashinfer warm" in problems[0]
+
+
+def test_a_configuration_added_since_the_warm_up_says_warm(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
+    view = dict(GOOD, derived=derived_for(node))
+    with_configs(node, tmp_path, **{"sglang-spec": "model-path: /models/demo\n"})
+    assert [p for p in tool.check(node, view) if "sglang-spec.yaml changed since" in p]
+
+
+def test_no_record_of_the_derivation_means_a_wiped_or_cold_cache(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
+    problems = tool.check(node, dict(GOOD, derived=None))
+    assert problems and "no record of a warm-up" in problems[0] and "remediate" in problems[0]
+
+
+def test_derivation_switched_off_checks_the_configured_modules_only(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = dict(with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"}), derive=False)
+    assert tool.check(node, dict(GOOD, derived=None)) == []
+
+
+def test_an_unwritable_sglang_jit_cache_is_named(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
+    with open(node["env_file"], "a") as handle:
+        handle.write("SGLANG_JIT_CACHE_DIR='/proc/no-such/jit'\n")
+    problems = tool.check(node, dict(GOOD, derived=derived_for(node)))
+    assert len(problems) == 1 and "SGLANG_JIT_CACHE_DIR" in problems[0] and "not writable" in problems[0]

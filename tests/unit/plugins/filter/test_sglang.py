@@ -30,14 +30,14 @@ def plan(ar: t.Optional[t.Dict[str, t.Any]] = None, spec: t.Optional[t.Dict[str,
                        facts or gpus(8, 12), list(active))
 
 
-def test_sm120_node_defaults_every_gpu_tensor_parallel_with_flashinfer_attention() -> None:
+def test_sm120_node_defaults_every_gpu_tensor_parallel_and_leaves_attention_to_sglang() -> None:
     result = plan()
     assert result["problems"] == []
     ar, spec = result["units"]
     assert ar["name"] == "sglang-ar" and ar["active"] and not spec["active"]
     assert ar["visible_devices"] == "0,1,2,3,4,5,6,7"
     assert ar["config"] == {"model-path": "/models/m", "host": "127.0.0.1", "port": 30000, "tp-size": 8,
-                            "attention-backend": "flashinfer", "sampling-backend": "flashinfer"}
+                            "sampling-backend": "flashinfer"}
     assert ar["conflicts"] == ["sglang-spec"] and spec["conflicts"] == ["sglang-ar"]
     assert ar["health_url"] == "http://127.0.0.1:30000/health"
     assert spec["config"]["speculative-algorithm"] == "EAGLE3"
@@ -48,7 +48,7 @@ def test_sm120_node_defaults_every_gpu_tensor_parallel_with_flashinfer_attention
 def test_b300_leaves_attention_to_sglang() -> None:
     ar = plan(facts=gpus(8, 10, 3))["units"][0]
     assert "attention-backend" not in ar["config"]
-    assert ar["flashinfer_attention"] is False and ar["flashinfer_sampling"] is True
+    assert ar["config"]["sampling-backend"] == "flashinfer"
 
 
 def test_disjoint_gpus_run_side_by_side_without_conflict() -> None:
