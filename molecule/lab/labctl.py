@@ -12,9 +12,10 @@ namespace, reached over SSH like a production node. Layers:
             /usr/local/cuda-12.8 (NVIDIA's real 12.8 ptxas, headers and runtime from
             PyPI, and a SIMULATED nvcc front end that only reports `release 12.8`),
             /usr/local/cuda -> 12.8 through update-alternatives, the SGLang venv with
-            torch (CPU build) and a real FlashInfer at an affected release, the
-            SIMULATED nvidia-smi, torch reporting the profile's GPUs inside that venv
-            only, and the SIMULATED SGLang stand-in
+            torch (CPU build), the real SGLang 0.5.21 and FlashInfer 0.6.18 (an affected
+            release), the SIMULATED nvidia-smi, torch reporting the profile's GPUs inside
+            that venv only, import stand-ins for SGLang's GPU-only binaries, and the
+            SIMULATED SGLang server entry point (SGLang's own code decides; model simulated)
   node      one overlay per node over those two; only what the node changes is written
 
 Usage: python3 molecule/lab/labctl.py {build,up,down,fleet-up,fleet-down,status,exec} ...

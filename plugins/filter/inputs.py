@@ -23,6 +23,14 @@ _PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
+# A JIT module named by the operator: a short name, or a recipe for FlashInfer's attention spec functions.
+_MODULE_NAME = re.compile(r"(sampling|cascade|norm|batch_(decode|prefill):(bf16|fp16):(64|128|256|512))")
+_MODULE_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+_MODULE_HEAD_DIMS = (64, 128, 192, 256, 512)
+_MODULE_HINT = ("use sampling, cascade, norm, <batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>, or a recipe "
+                "{kind: batch_prefill|batch_decode, q, kv, o: %s, head_dim_qk, head_dim_vo: %s, backend: fa2|fa3 "
+                "(batch_prefill), sliding_window, logits_soft_cap: true|false}"
+                % ("|".join(_MODULE_DTYPES), "|".join(map(str, _MODULE_HEAD_DIMS))))
 
 # Names cuda_env_extra may not set: they would override what the roles pin, or what each unit sets per service,
 # or let a value load code into every consumer (the loader's and Python's own search paths).
@@ -44,9 +52,39 @@ def _is_int(value: t.Any) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
 
 
+def _module_problem(value: t.Mapping[str, t.Any]) -> t.Optional[str]:
+    kind = value.get("kind")
+    allowed = {"kind", "q", "kv", "o", "head_dim_qk", "head_dim_vo", "sliding_window", "logits_soft_cap", "why"}
+    if kind in ("sampling", "cascade", "norm"):
+        return None if set(value) <= {"kind", "why"} else "%s takes no other keys" % kind
+    if kind not in ("batch_prefill", "batch_decode"):
+        return "unknown kind %s" % show(kind)
+    if kind == "batch_prefill":
+        allowed.add("backend")
+        if value.get("backend", "fa2") not in ("fa2", "fa3"):
+            return "backend %s" % show(value.get("backend"))
+    unknown = sorted(set(map(str, value)) - allowed)
+    if unknown:
+        return "unknown key(s) %s" % ", ".join(unknown)
+    for key in ("q", "kv", "o"):
+        if value.get(key) not in _MODULE_DTYPES:
+            return "%s=%s" % (key, show(value.get(key)))
+    for key in ("head_dim_qk", "head_dim_vo"):
+        if value.get(key) not in _MODULE_HEAD_DIMS or isinstance(value.get(key), bool):
+            return "%s=%s" % (key, show(value.get(key)))
+    for key in ("sliding_window", "logits_soft_cap"):
+        if not isinstance(value.get(key, False), bool):
+            return "%s=%s: give true or false" % (key, show(value.get(key)))
+    return None
+
+
 def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional[str]:
     """One problem with one value, or None."""
     shown = show(value)
+    if kind == "jit_module":
+        problem = (_module_problem(value) if isinstance(value, dict)
+                   else None if isinstance(value, str) and _MODULE_NAME.fullmatch(value) else "not understood")
+        return "%s: %s: %s; %s" % (var, shown, problem, _MODULE_HINT) if problem else None
     if kind == "release":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return ('%s=%s was read as a number: quote it, %s: "%s" (YAML turns 13.10 into 13.1)'
@@ -90,16 +128,24 @@ def input_problems(checks: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[str]:
 
     Each check is {var, value, kind} with kind one of release (MAJOR.MINOR as a string), int (with
     min and max), text (a string without control characters), path (absolute, safe in unit and
-    environment files), user (an unprivileged user name), url_path.
+    environment files), user (an unprivileged user name), url_path, jit_module (a module name or recipe).
+    With each: true the value is a list, and every element is checked.
     """
     if not isinstance(checks, (list, tuple)):
         raise AnsibleFilterError("input_problems expects a list of {var, value, kind}")
     problems = []
     for check in checks:
-        problem = _check(str(check["var"]), check.get("value"), str(check["kind"]),
-                         int(check.get("min", 0)), int(check.get("max", 2 ** 31 - 1)))
-        if problem:
-            problems.append(problem)
+        values = [check.get("value")]
+        if check.get("each"):
+            values = check.get("value")
+            if not isinstance(values, (list, tuple)):
+                problems.append("%s=%s: give a list" % (check["var"], show(values)))
+                continue
+        for value in values:
+            problem = _check(str(check["var"]), value, str(check["kind"]),
+                             int(check.get("min", 0)), int(check.get("max", 2 ** 31 - 1)))
+            if problem:
+                problems.append(problem)
     return problems
 
 

@@ -19,8 +19,8 @@ import pytest
 testinfra_hosts = ["ansible://site-pro6000", "ansible://site-b300"]
 CACHE = "/var/lib/sglang/.cache/flashinfer/0.6.18"
 ARCH = {"site-pro6000": "120f", "site-b300": "103a"}
-ATTENTION = ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128"
-             "_posenc_0_use_swa_False_use_logits_cap_False")
+DECODE = ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128"
+          "_posenc_0_use_swa_False_use_logits_cap_False")
 PREFILL = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128"
            "_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False")
 
@@ -88,9 +88,10 @@ def test_the_cache_holds_the_modules_the_services_use(host: t.Any) -> None:
     ops = "%s/%s/cached_ops" % (CACHE, ARCH[name_of(host)])
     sampling = host.file(ops + "/sampling/sampling.so")
     assert sampling.exists and sampling.user == "sglang"
-    attention = [host.file("%s/%s/%s.so" % (ops, module, module)).exists for module in (ATTENTION, PREFILL)]
-    # SGLang's attention on SM 12.x is FlashInfer's: warmed there, not on the B300
-    assert attention == ([True, True] if name_of(host) == "site-pro6000" else [False, False])
+    built = [host.file("%s/%s/%s.so" % (ops, module, module)).exists for module in (PREFILL, "cascade", DECODE)]
+    # SGLang (its own resolution) picks FlashInfer's attention on SM 12.x and trtllm_mha on SM 10.x; the demo model's GQA
+    # group of 4 decodes on tensor cores, through the prefill module: batch decode is not built
+    assert built == ([True, True, False] if name_of(host) == "site-pro6000" else [False, False, False])
     # compiled for this node's arch by the real nvcc 13.0, never the system 12.8
     ninja = host.file(ops + "/sampling/build.ninja").content_string
     assert "cuda_home = /usr/local/cuda-13.0\n" in ninja and "nvcc = $cuda_home/bin/nvcc\n" in ninja
@@ -98,6 +99,75 @@ def test_the_cache_holds_the_modules_the_services_use(host: t.Any) -> None:
     check = host.run("runuser -u sglang -- /usr/local/sbin/inferops-flashinfer check")
     assert check.rc == 0, check.stderr
     assert "%d module(s) cached" % (3 if name_of(host) == "site-pro6000" else 1) in check.stdout
+
+
+def test_the_warm_set_was_decided_by_sglang_and_flashinfer(host: t.Any) -> None:
+    probe = json.loads(host.check_output("runuser -u sglang -- /usr/local/sbin/inferops-flashinfer probe"))
+    configs = probe["derived"]["configs"]
+    assert sorted(configs) == ["/etc/inferops/sglang/sglang-ar.yaml", "/etc/inferops/sglang/sglang-spec.yaml"]
+    for path, entry in configs.items():
+        assert entry["attention_backends"] == (["flashinfer"] if name_of(host) == "site-pro6000" else ["trtllm_mha"]), path
+        assert entry["sampling_backend"] == "flashinfer"
+        assert any("SGLang's own JIT kernels" in note for note in entry["not_warmed"])
+    if name_of(host) == "site-pro6000":
+        models = configs["/etc/inferops/sglang/sglang-spec.yaml"]["models"]
+        assert [m["path"] for m in models] == ["/models/demo", "/models/demo-draft"]
+        assert all(m["gqa_group"] == 4 and m["decode_tensor_cores"] for m in models)
+        assert configs["/etc/inferops/sglang/sglang-ar.yaml"]["modules"] == ["sampling", PREFILL, "cascade"]
+    else:
+        assert any("trtllm_mha" in note for note in configs["/etc/inferops/sglang/sglang-ar.yaml"]["not_warmed"])
+    env = host.file("/etc/inferops/cuda.env").content_string
+    assert "SGLANG_JIT_CACHE_DIR='/var/lib/sglang/.cache/sglang/jit'" in env
+    assert host.file("/var/lib/sglang/.cache/sglang/jit").user == "sglang"
+
+
+def test_sglang_serves_sampling_and_a_prefix_hit_compiling_nothing(host: t.Any) -> None:
+    """SGLang (the lab's stand-in, SGLang's own code deciding) in the units' exact environment and configuration, on a
+    spare port, with the lab's compile tripwire set: any compile at run time fails, and any object or library added
+    to FlashInfer's cache is reported. (FlashInfer 0.6.18's FLASHINFER_DISABLE_JIT=1 refuses every JIT-cache module,
+    warmed or not -- measured on the H200 -- so it cannot express "nothing is built".)"""
+    env = " ".join("'%s'" % line.replace("'", "") for line in host.file("/etc/inferops/cuda.env").content_string.splitlines()
+                   if line and not line.startswith("#"))
+    log = "/tmp/jit-disabled.log"
+    host.check_output("touch /etc/inferops-lab/nvcc-deny")
+    host.check_output("systemd-run --unit=lab-jit-disabled --uid=sglang --setenv=HOME=/var/lib/sglang /usr/bin/env -i "
+                      "HOME=/var/lib/sglang %s CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 "
+                      "/bin/sh -c 'exec /opt/sglang/venv/bin/python -m sglang.launch_server --config "
+                      "/etc/inferops/sglang/sglang-ar.yaml --port 30010 > %s 2>&1'" % (env, log))
+    try:
+        wait_healthy(host, 30010)
+        results = [post(host, 30010, text, params) for text, params in (
+            ("warm prompt one", {"temperature": 0}),                     # greedy: torch
+            ("other words here", {"temperature": 0.7, "top_p": 0.9}),  # top-p: FlashInfer's sampling module
+            ("warm prompt two", {"temperature": 0.7, "top_k": 20}))]     # a cached prefix: cascade (merge_state)
+        output = host.file(log).content_string
+        assert [r["meta_info"]["prefix_cache_hit"] for r in results] == [False, False, True], output
+        expected = ["sampling"] + (["cascade"] if name_of(host) == "site-pro6000" else [])
+        used = sorted({module for r in results for module in r["meta_info"]["flashinfer_modules"]})
+        assert used == sorted(expected), output
+        assert "JIT-BUILT" not in output and "LAB TRIPWIRE" not in output and "Traceback" not in output
+        assert "FlashInfer module sampling: loaded from the cache" in output
+        if name_of(host) == "site-pro6000":
+            assert "FlashInfer module batch_prefill (fa2) for /models/demo: loaded from the cache" in output
+    finally:
+        host.run("systemctl stop lab-jit-disabled")
+        host.run("systemctl reset-failed lab-jit-disabled")
+        host.run("rm -f /etc/inferops-lab/nvcc-deny")
+
+
+def post(host: t.Any, port: int, text: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    script = ("import json, sys, urllib.request\n"
+              "request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'})\n"
+              "print(urllib.request.urlopen(request, timeout=30).read().decode())\n")
+    body = json.dumps({"text": text, "sampling_params": params})
+    return json.loads(host.check_output("python3 -c %s %s %s", script, "http://127.0.0.1:%d/generate" % port, body))
+
+
+def test_sglang_rejects_a_flag_it_does_not_know(host: t.Any) -> None:
+    """The stand-in parses with SGLang's own parser: a flag real SGLang rejects fails, with SGLang's message."""
+    result = host.run("runuser -u sglang -- /opt/sglang/venv/bin/python -m sglang.launch_server --config "
+                      "/etc/inferops/sglang/sglang-ar.yaml --no-such-flag 1")
+    assert result.rc == 2 and "unrecognized arguments: --no-such-flag 1" in result.stderr
 
 
 def test_autoregressive_service_is_healthy_from_the_warm_cache(host: t.Any) -> None:
@@ -108,8 +178,9 @@ def test_autoregressive_service_is_healthy_from_the_warm_cache(host: t.Any) -> N
     assert status == 200 and json.loads(body)["data"][0]["id"] == "demo"
     journal = host.check_output("journalctl -u sglang-ar --no-pager -o cat")
     assert "inferops-flashinfer check: ok" in journal
-    assert "sampling module: cached at %s" % CACHE in journal
-    assert "JIT compiling" not in journal
+    assert "JIT-BUILT" not in journal
+    if name_of(host) == "site-pro6000":
+        assert "FlashInfer module batch_prefill (fa2) for /models/demo: loaded from the cache" in journal
 
 
 def test_speculative_service_takes_over_the_gpus_then_hands_them_back(host: t.Any) -> None:
@@ -122,10 +193,10 @@ def test_speculative_service_takes_over_the_gpus_then_hands_them_back(host: t.An
         info = json.loads(body)
         assert status == 200 and info["speculative_algorithm"] == "EAGLE3" and info["lab_simulation"] is True
         journal = journal_since(host, "sglang-spec", since)
-        assert "sampling module: cached at" in journal and "JIT compiling" not in journal
+        assert "The server is fired up" in journal and "JIT-BUILT" not in journal
         if name_of(host) == "site-pro6000":
-            assert "attention decode module (bf16, head_dim 128): cached at" in journal
-            assert "attention prefill module (bf16, head_dim 128): cached at" in journal
+            # the draft model's attention too (EAGLE3), from the cache
+            assert "decode with tensor cores (batch_prefill fa2) for /models/demo-draft: loaded from the cache" in journal
     finally:
         host.check_output("systemctl start sglang-ar")
     wait_healthy(host, 30000)

@@ -49,7 +49,7 @@ class StandInModule(types.ModuleType):
 
 class GpuOnlyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname: str, path: t.Any, target: t.Any = None) -> t.Optional[importlib.machinery.ModuleSpec]:
-        if fullname.split(".")[0] in PACKAGES:
+        if fullname.split(".", maxsplit=1)[0] in PACKAGES:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 

@@ -34,6 +34,9 @@ CACHE = os.environ.get("LAB_NVCC_CACHE_DIR", "/var/cache/lab-nvcc-cache")
 # While this file exists every call compiles for real (molecule/lab/damage.yml needs a build that takes long enough
 # to be killed halfway).
 OFF = os.environ.get("LAB_NVCC_CACHE_OFF", "/etc/inferops-lab/nvcc-cache-off")
+# While this file exists every call fails: a tripwire for a test that must compile nothing at run time (loading a
+# warmed module runs ninja, which calls no compiler; FLASHINFER_DISABLE_JIT cannot serve, see inferops_lab_sglang.py).
+DENY = os.environ.get("LAB_NVCC_DENY", "/etc/inferops-lab/nvcc-deny")
 
 
 def sha256_file(path: str) -> str:
@@ -71,6 +74,9 @@ def log(entry: t.Dict[str, t.Any]) -> None:
 
 def main(argv: t.List[str]) -> int:
     nvcc = argv[0] if argv else ""
+    if os.path.exists(DENY):
+        sys.stderr.write("LAB TRIPWIRE: a compile at run time was refused (%s exists): %s\n" % (DENY, " ".join(argv)))
+        return 1
     out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
     if not os.path.isdir(CACHE) or os.path.exists(OFF) or not nvcc.endswith("/nvcc") or not (out and dep and src):
         return subprocess.call(argv)

@@ -20,8 +20,9 @@ modules are acquired through FlashInfer's own getters at the moments SGLang's co
 - `sampling` at the first request that needs top-k / top-p / min-p (a temperature-only or
   greedy request samples with torch);
 - `cascade` (merge_state) at the first request that hits the prefix cache.
-With FLASHINFER_DISABLE_JIT=1 a module missing from the cache is an error: a module the warm-up
-of the roles did not build fails the request, and the server exits, as SGLang's scheduler does.
+Each acquisition logs whether the module came from the cache or was compiled at run time (an object or library
+in FlashInfer's cache added or rewritten); a getter that fails fails the request, and the server exits, as
+SGLang's scheduler does.
 Serves /health, /health_generate, /v1/models, /model_info and POST /generate.
 """
 
@@ -84,6 +85,7 @@ def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.Lis
     import torch  # noqa: PLC0415
     from flashinfer.decode import get_batch_decode_module  # noqa: PLC0415
     from flashinfer.prefill import get_batch_prefill_module  # noqa: PLC0415
+    from flashinfer.utils import determine_attention_backend  # noqa: PLC0415
     from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core  # noqa: PLC0415
 
     kv = kv_dtype(resolved, model)
@@ -93,12 +95,34 @@ def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.Lis
     for window in windows:
         args = (model.dtype, kv, model.dtype, torch.int32, model.head_dim, model.v_head_dim, 0, window, model.logit_cap > 0)
         calls.append(("batch_prefill (fa2) for %s" % model.path, lambda args=args: get_batch_prefill_module("fa2", *args, False)))
+        # the ragged wrapper is made with backend "auto": the ragged wrapper's plan asks FlashInfer which
+        ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, model.dtype, kv,
+                                             head_dim_qk=model.head_dim, head_dim_vo=model.v_head_dim)
+        calls.append(("ragged prefill (%s) for %s" % (ragged, model.path),
+                      lambda args=args, ragged=ragged: get_batch_prefill_module(ragged, *args, False)))
         if tensor_cores:
             calls.append(("decode with tensor cores (batch_prefill fa2) for %s" % model.path,
                           lambda args=args: get_batch_prefill_module("fa2", *args, False)))
         else:
             calls.append(("batch_decode for %s" % model.path, lambda args=args: get_batch_decode_module(*args)))
     return calls
+
+
+def built_files() -> t.Dict[str, t.Tuple[int, int]]:
+    """The objects and libraries in FlashInfer's JIT cache with their mtime and size: a getter that adds or rewrites one
+    compiled or linked at run time. (Loading a cached module rewrites build.ninja and runs ninja, a no-op; FlashInfer
+    0.6.18's FLASHINFER_DISABLE_JIT refuses even warmed JIT-cache modules, only AOT ones load, so it cannot be used
+    to prove this.)"""
+    from flashinfer.jit import env as jit_env  # noqa: PLC0415
+
+    found = {}
+    for directory, _dirs, files in os.walk(str(jit_env.FLASHINFER_JIT_DIR)):
+        for name in files:
+            if name.endswith((".o", ".so")):
+                path = os.path.join(directory, name)
+                status = os.stat(path)
+                found[path] = (status.st_mtime_ns, status.st_size)
+    return found
 
 
 class Engine:
@@ -117,10 +141,14 @@ class Engine:
         """One FlashInfer module through FlashInfer's own getter: a cache lookup and load, or a JIT build."""
         if label in self.loaded:
             return
+        before = built_files()
         started = time.monotonic()
         getter()
         self.loaded[label] = round(time.monotonic() - started, 2)
-        LOG.info("FlashInfer module %s: ready in %.2f s", label, self.loaded[label])
+        after = built_files()
+        new = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+        LOG.info("FlashInfer module %s: %s in %.2f s", label,
+                 "JIT-BUILT AT RUN TIME (%s)" % ", ".join(new) if new else "loaded from the cache", self.loaded[label])
 
     def warm_up(self) -> None:
         """SGLang's start-up warm-up request: greedy, one prefill and decode step through the attention backend."""
@@ -217,7 +245,7 @@ def handler_class(state: State) -> t.Type[http.server.BaseHTTPRequestHandler]:
             except (ValueError, TypeError) as exc:
                 self.send(400, {"error": str(exc)})
                 return
-            except Exception:  # noqa: BLE001 -- the scheduler dies with the request, as SGLang's does
+            except Exception:  # the scheduler dies with the request, as SGLang's does
                 LOG.error("Scheduler hit an exception:\n%s", traceback.format_exc())
                 self.send(500, {"error": "the scheduler died; see the journal"})
                 if state.server is not None:
@@ -276,7 +304,7 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     LOG.info("listening on %s:%s; warming up (a greedy request)", resolved.get("host"), resolved.get("port"))
     try:
         engine.warm_up()
-    except Exception:  # noqa: BLE001 -- reported in the journal, the unit fails
+    except Exception:  # reported in the journal, the unit fails
         LOG.error("warm-up failed:\n%s", traceback.format_exc())
         server.shutdown()
         return 1

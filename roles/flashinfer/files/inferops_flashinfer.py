@@ -125,6 +125,7 @@ def derive(paths):
             recipes.append({"kind": "sampling", "why": "top-k / top-p / min-p requests"})
         if "flashinfer" in backends:
             from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
+            from flashinfer.utils import determine_attention_backend
             configs = [model_config_of(server_args)]
             if resolved.get("speculative_draft_model_path"):
                 configs.append(ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]))
@@ -147,10 +148,17 @@ def derive(paths):
                 entry["models"].append({"path": config.model_path, "dtype": dtype, "kv_cache_dtype": kv, "head_dim": head_dim,
                                         "heads_per_rank": heads, "kv_heads_per_rank": kv_heads, "gqa_group": heads // max(kv_heads, 1),
                                         "decode_tensor_cores": bool(tensor_cores), "sliding_window": window, "logit_cap": cap})
+                # The ragged prefill wrapper gets backend "auto": FlashInfer's own choice for this GPU (fa3 on SM 9.0).
+                ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, getattr(torch, dtype),
+                                                     getattr(torch, kv), head_dim_qk=head_dim, head_dim_vo=v_head_dim)
                 for use_window in ([True, False] if window else [False]):
                     shape = {"q": dtype, "kv": kv, "o": dtype, "sliding_window": use_window, "logits_soft_cap": cap > 0}
                     recipes.append(dict(shape, kind="batch_prefill", backend="fa2", head_dim_qk=head_dim, head_dim_vo=v_head_dim,
-                                        why="prefill (paged and ragged)%s" % (" and decode (tensor cores)" if tensor_cores else "")))
+                                        why="prefill (paged%s)%s" % (", ragged" if ragged == "fa2" else "",
+                                                                    " and decode (tensor cores)" if tensor_cores else "")))
+                    if ragged != "fa2":
+                        recipes.append(dict(shape, kind="batch_prefill", backend=ragged, head_dim_qk=head_dim,
+                                            head_dim_vo=v_head_dim, why="ragged prefill (%s)" % ragged))
                     if not tensor_cores:
                         recipes.append(dict(shape, kind="batch_decode", head_dim_qk=head_dim, head_dim_vo=head_dim,
                                             why="decode (GQA group %d < 4, no tensor cores)" % (heads // max(kv_heads, 1))))
@@ -223,7 +231,7 @@ try:
         seen.add(spec.name)
         name = recipe if isinstance(recipe, str) else recipe["kind"]
         entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
-                 "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why")}
+                 "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
         if action == "warm" and not spec.is_compiled:
             lock = str(spec.lock_path)
             if os.path.exists(lock) and unheld(lock):

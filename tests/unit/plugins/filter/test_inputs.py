@@ -116,3 +116,39 @@ def test_env_extra_refused(extra: t.Dict[str, t.Any], words: str) -> None:
 
 def test_env_extra_must_be_a_mapping() -> None:
     assert env_extra_problems(["A=1"], MANAGED) == ["cuda_env_extra must be a mapping of NAME: value, not a list"]
+
+
+@pytest.mark.parametrize("module", ["sampling", "cascade", "norm", "batch_prefill:bf16:128", "batch_decode:fp16:256",
+                                    {"kind": "cascade"},
+                                    {"kind": "batch_prefill", "backend": "fa3", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16",
+                                     "head_dim_qk": 128, "head_dim_vo": 128, "sliding_window": True, "logits_soft_cap": False},
+                                    {"kind": "batch_decode", "q": "bfloat16", "kv": "float8_e4m3fn", "o": "bfloat16",
+                                     "head_dim_qk": 256, "head_dim_vo": 256}])
+def test_jit_modules_by_name_or_recipe_pass(module: t.Any) -> None:
+    assert input_problems([{"var": "flashinfer_jit_modules", "value": [module], "kind": "jit_module", "each": True}]) == []
+
+
+@pytest.mark.parametrize(("module", "says"), [
+    ("sampling\n", "not understood"),
+    ("batch_prefill:bf16:100", "not understood"),
+    ({"kind": "rope"}, "unknown kind rope"),
+    ({"kind": "sampling", "q": "bfloat16"}, "takes no other keys"),
+    ({"kind": "batch_prefill", "backend": "fa4", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": 128,
+      "head_dim_vo": 128}, "backend fa4"),
+    ({"kind": "batch_decode", "q": "int8", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": 128, "head_dim_vo": 128}, "q=int8"),
+    ({"kind": "batch_decode", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": True, "head_dim_vo": 128},
+     "head_dim_qk=True"),
+    ({"kind": "batch_decode", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": 128, "head_dim_vo": 128,
+      "sliding_window": "yes"}, "sliding_window=yes: give true or false"),
+    ({"kind": "batch_decode", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": 128, "head_dim_vo": 128,
+      "backend": "fa2"}, "unknown key(s) backend"),
+])
+def test_bad_jit_modules_are_named_with_the_fix(module: t.Any, says: str) -> None:
+    problems = input_problems([{"var": "flashinfer_jit_modules", "value": [module], "kind": "jit_module", "each": True}])
+    assert len(problems) == 1 and problems[0].startswith("flashinfer_jit_modules: ") and says in problems[0]
+    assert "use sampling, cascade, norm" in problems[0]
+
+
+def test_each_wants_a_list() -> None:
+    assert input_problems([{"var": "flashinfer_jit_modules", "value": "sampling", "kind": "jit_module", "each": True}]) == [
+        "flashinfer_jit_modules=sampling: give a list"]
