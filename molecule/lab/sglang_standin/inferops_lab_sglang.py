@@ -260,7 +260,7 @@ def handler_class(state: State) -> t.Type[http.server.BaseHTTPRequestHandler]:
 
 def main(argv: t.Optional[t.List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
-    LOG.warning("LAB SIMULATION: SGLang's own argument parsing and decisions, with a simulated model and GPU "
+    LOG.warning("LAB SIMULATION: SGLang stand-in: SGLang's own argument parsing and decisions, a simulated model and GPU "
                 "(inferops.blackwell lab); no weights are loaded, no kernel runs")
     import sglang  # noqa: PLC0415
     from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415
