@@ -19,6 +19,9 @@ reports is what a service would get.
           since the last warm-up; record what was derived from which file contents
   plan    what warm would do: the derived and configured modules and their
           state, as JSON; builds nothing
+  parse   SGLang's own parser and resolution of the configurations (with
+          --sglang-config, candidate files): the backends it picks, or its
+          refusal; exit 1 on a refusal
   check   the preflight (ExecStartPre=): in seconds, exit 0 when nvcc at CUDA_HOME
           satisfies the GPUs, the arch set matches them, every module is cached
           and was derived from the services' configurations as they are now;
@@ -95,27 +98,31 @@ def digest(path):
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read()).hexdigest()
 
+def parse(path):
+    # SGLang's own parser and resolution of one --config file: what the service would run with, or SGLang's refusal.
+    from sglang.srt.server_args import prepare_server_args
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            server_args = prepare_server_args(["--config", path])
+    except SystemExit:
+        raise ValueError("SGLang rejects %s: %s" % (path, (said.getvalue().strip().splitlines() or ["?"])[-1])) from None
+    try:
+        server_args.resolve_once()
+    except Exception as exc:
+        raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
+    return server_args, server_args.resolved_dict()
+
 def derive(paths):
     # What each SGLang service will ask of FlashInfer, decided by SGLang's own code: its parser and resolution (the
     # backends, the KV cache dtype) for the service's --config, its ModelConfig of the model directory, and its
     # FlashInfer backend's tensor-core rule (sglang/srt/layers/attention/flashinfer_backend.py).
     import torch
-    from sglang.srt.server_args import prepare_server_args
     from sglang.srt.arg_groups.model_override_base import model_config_of
     from sglang.srt.configs.model_config import ModelConfig
     derived = {"configs": {}, "recipes": []}
     for path in paths:
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):
-                server_args = prepare_server_args(["--config", path])
-        except SystemExit:
-            raise ValueError("SGLang rejects %s: %s" % (path, (said.getvalue().strip().splitlines() or ["?"])[-1])) from None
-        try:
-            server_args.resolve_once()
-        except Exception as exc:
-            raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
-        resolved = server_args.resolved_dict()
+        server_args, resolved = parse(path)
         base = resolved.get("attention_backend")
         backends = {resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base}
         entry = {"sha256": digest(path), "attention_backends": sorted(map(str, backends)),
@@ -193,6 +200,19 @@ def unheld(path):
         return False
     finally:
         handle.close()
+
+if action == "parse":
+    try:
+        out["parsed"] = {}
+        for path in args["sglang_configs"]:
+            resolved = parse(path)[1]
+            out["parsed"][path] = {key: resolved.get(key) for key in (
+                "attention_backend", "prefill_attention_backend", "decode_attention_backend", "sampling_backend",
+                "kv_cache_dtype", "page_size", "speculative_algorithm")}
+    except Exception as exc:
+        out["error"] = "%s: %s" % (type(exc).__name__, exc)
+    print("@MARKER@" + json.dumps(out))
+    sys.exit(0)
 
 try:
     import flashinfer
@@ -428,18 +448,18 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--sglang-config", action="append", default=[], metavar="FILE",
-                        help="plan: derive from these SGLang configurations instead of sglang_config_dir's")
-    parser.add_argument("command", choices=("probe", "plan", "warm", "check"))
+                        help="plan, parse: these SGLang configurations instead of sglang_config_dir's")
+    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check"))
     args = parser.parse_args(argv)
     config = load_config(args.config)
     if args.sglang_config:
-        if args.command != "plan":
-            parser.error("--sglang-config goes with plan only")
+        if args.command not in ("plan", "parse"):
+            parser.error("--sglang-config goes with plan and parse only")
         config["sglang_config_files"] = [os.path.abspath(path) for path in args.sglang_config]
-    if args.command in ("probe", "plan"):
+    if args.command in ("probe", "plan", "parse"):
         view = inner(config, args.command)
         print(json.dumps(view, indent=2, sort_keys=True))
-        return 1 if args.command == "plan" and view.get("error") else 0
+        return 1 if args.command in ("plan", "parse") and view.get("error") else 0
     if args.command == "warm":
         env = read_env_file(config["env_file"])
         base = env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
