@@ -43,6 +43,7 @@ def recording_build_and_load(self: t.Any, *args: t.Any, **kwargs: t.Any) -> t.An
 
 jit_core.JitSpec.build_and_load = recording_build_and_load  # type: ignore[method-assign]
 
+
 class Shape(t.NamedTuple):
     name: str
     qo_heads: int
@@ -166,8 +167,8 @@ def run_shape(shape: Shape) -> t.Dict[str, t.Any]:
 
 
 def merge_state_check() -> float:
-    v_a, v_b = (torch.randn(512, 32, 128, dtype=DT, device="cuda") for _ in range(2))
-    s_a, s_b = (torch.randn(512, 32, dtype=torch.float32, device="cuda") for _ in range(2))
+    v_a, v_b = (torch.randn(512, 32, 128, dtype=DT, device="cuda") for _pair in range(2))
+    s_a, s_b = (torch.randn(512, 32, dtype=torch.float32, device="cuda") for _pair in range(2))
     v, s = flashinfer.merge_state(v_a, s_a, v_b, s_b)
     errors = []
     for base in (2.0, math.e):  # FlashInfer keeps its log-sum-exp in base 2; either reading is checked
