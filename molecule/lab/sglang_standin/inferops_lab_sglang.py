@@ -60,6 +60,7 @@ class Model:
 
             config = ModelConfig.from_server_args(server_args, model_path=server_args.speculative_draft_model_path)
         tp = int(getattr(server_args, "tp_size", 1) or 1)
+        self.draft = draft
         self.path = config.model_path
         self.dtype = config.dtype
         self.head_dim = int(config.head_dim)
@@ -71,11 +72,14 @@ class Model:
 
 
 def kv_dtype(resolved: t.Mapping[str, t.Any], model: Model) -> t.Any:
-    import torch  # noqa: PLC0415
+    """The KV cache's torch dtype, by SGLang's own mapping (ModelRunner.configure_kv_cache_dtype)."""
+    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
 
-    name = resolved.get("kv_cache_dtype") or "auto"
-    return {"auto": model.dtype, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-            "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(name, model.dtype)
+    return configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=model.dtype,
+        is_draft_worker=model.draft, is_dflash=str(resolved.get("speculative_algorithm") or "").upper() == "DFLASH",
+        speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+        speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
 
 
 def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.List[t.Tuple[str, t.Any]]:

@@ -55,7 +55,7 @@ action, args = sys.argv[1], json.loads(sys.argv[2])
 captured = io.StringIO()
 handler = logging.StreamHandler(captured)
 logging.getLogger().addHandler(handler)
-out = {"warnings": [], "modules": [], "cleaned": [], "derived": None, "notes": []}
+out = {"warnings": [], "modules": [], "cleaned": [], "derived": None}
 LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 
 def make_spec(recipe):
@@ -133,18 +133,23 @@ def derive(paths):
         if "flashinfer" in backends:
             from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
             from flashinfer.utils import determine_attention_backend
-            configs = [model_config_of(server_args)]
+            from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+            configs = [(model_config_of(server_args), False)]
             if resolved.get("speculative_draft_model_path"):
-                configs.append(ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]))
+                configs.append((ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]), True))
             tp = int(resolved.get("tp_size") or 1)
-            names = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
-            for config in configs:
+            for config, draft in configs:
                 dtype = str(config.dtype).replace("torch.", "")
-                kv_name = resolved.get("kv_cache_dtype") or "auto"
-                kv = {"auto": dtype, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-                      "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}.get(kv_name)
-                if kv is None:
-                    entry["not_warmed"].append("KV cache dtype %s: not derived; name the modules in flashinfer_jit_modules" % kv_name)
+                # SGLang's own mapping of --kv-cache-dtype for this model (no checkpoint loaded: a checkpoint's own FP8 KV
+                # quantization is not seen here)
+                kv = str(configure_kv_cache_dtype(
+                    server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
+                    is_draft_worker=draft, is_dflash=str(resolved.get("speculative_algorithm") or "").upper() == "DFLASH",
+                    speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+                    speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]).replace("torch.", "")
+                if kv not in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
+                    entry["not_warmed"].append("KV cache %s (%s): not derived; name its modules in flashinfer_jit_modules"
+                                               % (kv, config.model_path))
                     continue
                 heads, kv_heads = int(config.num_attention_heads) // tp, int(config.get_num_kv_heads(tp))
                 tensor_cores = should_use_tensor_core(kv_cache_dtype=getattr(torch, kv), num_attention_heads=heads,
