@@ -91,7 +91,12 @@ def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.Lis
     from flashinfer.prefill import get_batch_prefill_module  # noqa: PLC0415
     from flashinfer.utils import determine_attention_backend  # noqa: PLC0415
     from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core  # noqa: PLC0415
+    from sglang.srt.runtime_context import get_platform  # noqa: PLC0415
 
+    sm100 = get_platform().is_sm100
+    if sm100:
+        LOG.warning("LAB SIMULATION: FlashInfer attention on SM 10.x (SGLang's ragged prefill on fa2 / CUTLASS FMHA) is not "
+                    "simulated; only the paged prefill and decode modules are acquired")
     kv = kv_dtype(resolved, model)
     tensor_cores = should_use_tensor_core(kv_cache_dtype=kv, num_attention_heads=model.heads, num_kv_heads=model.kv_heads)
     calls: t.List[t.Tuple[str, t.Any]] = []
@@ -99,11 +104,13 @@ def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.Lis
     for window in windows:
         args = (model.dtype, kv, model.dtype, torch.int32, model.head_dim, model.v_head_dim, 0, window, model.logit_cap > 0)
         calls.append(("batch_prefill (fa2) for %s" % model.path, lambda args=args: get_batch_prefill_module("fa2", *args, False)))
-        # the ragged wrapper is made with backend "auto": the ragged wrapper's plan asks FlashInfer which
-        ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, model.dtype, kv,
-                                             head_dim_qk=model.head_dim, head_dim_vo=model.v_head_dim)
-        calls.append(("ragged prefill (%s) for %s" % (ragged, model.path),
-                      lambda args=args, ragged=ragged: get_batch_prefill_module(ragged, *args, False)))
+        if not sm100:
+            # the ragged wrapper is made with backend "auto": its plan asks FlashInfer which (on SM 10.x SGLang passes fa2
+            # or FlashInfer's CUTLASS FMHA instead)
+            ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, model.dtype, kv,
+                                                 head_dim_qk=model.head_dim, head_dim_vo=model.v_head_dim)
+            calls.append(("ragged prefill (%s) for %s" % (ragged, model.path),
+                          lambda args=args, ragged=ragged: get_batch_prefill_module(ragged, *args, False)))
         if tensor_cores:
             calls.append(("decode with tensor cores (batch_prefill fa2) for %s" % model.path,
                           lambda args=args: get_batch_prefill_module("fa2", *args, False)))

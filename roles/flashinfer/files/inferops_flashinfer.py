@@ -175,6 +175,11 @@ def derive(paths):
                         recipes.append(dict(shape, kind="batch_decode", head_dim_qk=head_dim, head_dim_vo=head_dim,
                                             why="decode (GQA group %d < 4, no tensor cores)" % (heads // max(kv_heads, 1))))
             recipes.append({"kind": "cascade", "why": "merge_state at the first prefix-cache hit"})
+            from sglang.srt.runtime_context import get_platform
+            if get_platform().is_sm100:
+                entry["not_warmed"].append("FlashInfer attention on SM 10.x: SGLang's ragged prefill takes FlashInfer's CUTLASS "
+                                           "FMHA for head dims 64, 128 and 192/128 (flashinfer_backend.py); that module is not "
+                                           "derived, and the first such request compiles it")
         if "trtllm_mha" in backends:
             entry["not_warmed"].append("attention trtllm_mha: FlashInfer's trtllm-gen kernels (the fmha_gen module and the kernel "
                                        "binaries FlashInfer downloads at run time, or flashinfer-cubin / FLASHINFER_CUBIN_DIR) "
