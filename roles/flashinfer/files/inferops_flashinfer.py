@@ -395,12 +395,22 @@ def coverage_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t
         if path not in derived or derived[path].get("sha256") != digest(path):
             problems.append("%s changed since the cache was warmed (its modules may differ). Fix: inferops-flashinfer warm "
                             "(the jit_cache role), then start the service." % path)
-    env = service_env(config)
-    jit_dir = env.get("SGLANG_JIT_CACHE_DIR")
-    if jit_dir and not os.access(jit_dir if os.path.isdir(jit_dir) else os.path.dirname(jit_dir), os.W_OK):
-        problems.append("SGLang's JIT cache %s (SGLANG_JIT_CACHE_DIR in %s) is not writable by %s. Fix: the jit_cache role "
+    jit_dir = service_env(config).get("SGLANG_JIT_CACHE_DIR")
+    if jit_dir and not creatable(jit_dir):
+        problems.append("SGLang's JIT cache %s (SGLANG_JIT_CACHE_DIR in %s) cannot be written by %s. Fix: the jit_cache role "
                         "or the remediate playbook creates it." % (jit_dir, config["env_file"], pwd.getpwuid(os.getuid()).pw_name))
     return problems
+
+
+def creatable(path: str) -> bool:
+    """A writable directory, or one that os.makedirs can make (as SGLang does): its nearest existing ancestor is a
+    writable directory."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.path.isdir(path) and os.access(path, os.W_OK)
 
 
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:

@@ -131,9 +131,18 @@ def test_derivation_switched_off_checks_the_configured_modules_only(node: t.Dict
     assert tool.check(node, dict(GOOD, derived=None)) == []
 
 
-def test_an_unwritable_sglang_jit_cache_is_named(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+def test_an_sglang_jit_cache_that_cannot_be_made_is_named(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
+    (tmp_path / "a-file").write_text("")
+    with open(node["env_file"], "a") as handle:
+        handle.write("SGLANG_JIT_CACHE_DIR='%s'\n" % (tmp_path / "a-file" / "sglang" / "jit"))
+    problems = tool.check(node, dict(GOOD, derived=derived_for(node)))
+    assert len(problems) == 1 and "SGLANG_JIT_CACHE_DIR" in problems[0] and "cannot be written" in problems[0]
+
+
+def test_a_missing_sglang_jit_cache_under_a_writable_home_is_fine(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    """SGLang makes it at first use (os.makedirs), as after a wipe of the cache before remediation."""
     node = with_configs(node, tmp_path, **{"sglang-ar": "model-path: /models/demo\n"})
     with open(node["env_file"], "a") as handle:
-        handle.write("SGLANG_JIT_CACHE_DIR='/proc/no-such/jit'\n")
-    problems = tool.check(node, dict(GOOD, derived=derived_for(node)))
-    assert len(problems) == 1 and "SGLANG_JIT_CACHE_DIR" in problems[0] and "not writable" in problems[0]
+        handle.write("SGLANG_JIT_CACHE_DIR='%s'\n" % (tmp_path / "home" / ".cache" / "sglang" / "jit"))
+    assert tool.check(node, dict(GOOD, derived=derived_for(node))) == []
