@@ -53,12 +53,10 @@ class Model:
 
     def __init__(self, server_args: t.Any, draft: bool = False) -> None:
         from sglang.srt.arg_groups.model_override_base import model_config_of  # noqa: PLC0415
+        from sglang.srt.configs.model_config import ModelConfig  # noqa: PLC0415
 
-        config = model_config_of(server_args)
-        if draft:
-            from sglang.srt.configs.model_config import ModelConfig  # noqa: PLC0415
-
-            config = ModelConfig.from_server_args(server_args, model_path=server_args.speculative_draft_model_path)
+        config = (ModelConfig.from_server_args(server_args, model_path=server_args.speculative_draft_model_path) if draft
+                  else model_config_of(server_args))
         tp = int(getattr(server_args, "tp_size", 1) or 1)
         self.draft = draft
         self.path = config.model_path
