@@ -27,6 +27,15 @@ reports is what a service would get.
           and was derived from the services' configurations as they are now;
           otherwise exit 1 with the cause and the fix
 
+  export  (--output FILE) pack the compiled modules of this node's plan, their
+          generated sources, ninja's records and the warm-up record, with a
+          manifest (the fingerprint: FlashInfer, SGLang, archs, nvcc, CUDA_HOME,
+          workspace, module names; each file's sha256), for the build store
+  import  (--archive FILE --sha256 HEX) put a store artifact in place after
+          checking it: its checksum, its fingerprint against this node's, each
+          file against the manifest, then ninja's own dry run (nothing to
+          rebuild); exit 3 when refused (nothing of it is left in the cache)
+
 Configuration: /etc/inferops/flashinfer.json (written by the roles).
 Runs on the node's own python3, standard library only.
 """
@@ -36,12 +45,16 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import io
 import json
 import os
 import pwd
 import shutil
+import struct
 import subprocess
 import sys
+import tarfile
+import time
 import typing as t
 
 CONFIG = "/etc/inferops/flashinfer.json"
@@ -113,7 +126,38 @@ def parse(path):
         raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
     return server_args, server_args.resolved_dict()
 
-def derive(paths):
+def model_files(model_path):
+    # The model directory's JSON files (config.json, generation_config.json, ...): what ModelConfig reads of a model.
+    if not os.path.isdir(model_path):
+        return None
+    return {os.path.join(model_path, name): digest(os.path.join(model_path, name))
+            for name in sorted(os.listdir(model_path)) if name.endswith(".json")}
+
+def derivation_inputs(paths, models, versions):
+    # Everything a derivation read: the --config files, the models' JSON files, SGLang's and FlashInfer's releases and
+    # the GPUs. None when a model is not a local directory (a hub name): such a derivation is not reused.
+    files = {}
+    for path in paths:
+        files[path] = digest(path)
+    for model in models:
+        found = model_files(model)
+        if found is None:
+            return None
+        files.update(found)
+    return dict(versions, files=files)
+
+def reusable(previous, paths, versions):
+    # A recorded derivation whose inputs are all unchanged: SGLang would decide the same again.
+    recorded = (previous or {}).get("inputs")
+    if not recorded or sorted((previous.get("configs") or {}).keys()) != sorted(paths):
+        return False
+    try:
+        models = [model["path"] for entry in previous["configs"].values() for model in entry["models"]]
+        return derivation_inputs(paths, models, versions) == recorded
+    except (OSError, KeyError, TypeError):
+        return False
+
+def derive(paths, versions):
     # What each SGLang service will ask of FlashInfer, decided by SGLang's own code: its parser and resolution (the
     # backends, the KV cache dtype) for the service's --config, its ModelConfig of the model directory, and its
     # FlashInfer backend's tensor-core rule (sglang/srt/layers/attention/flashinfer_backend.py).
@@ -196,6 +240,8 @@ def derive(paths):
             if spec.name not in [known["uri"] for known in derived["recipes"]]:
                 derived["recipes"].append(recipe)
         derived["configs"][path] = entry
+    derived["inputs"] = derivation_inputs(paths, [model["path"] for entry in derived["configs"].values()
+                                                  for model in entry["models"]], versions)
     return derived
 
 def unheld(path):
@@ -211,10 +257,39 @@ def unheld(path):
     finally:
         handle.close()
 
+def recorded_accepts():
+    # The file contents SGLang accepted at a recorded warm-up whose inputs (models, SGLang's release) are unchanged:
+    # sha256 -> what it resolved. Read from the warm-up records beside FlashInfer's caches, without importing SGLang.
+    import glob, importlib.metadata
+    try:
+        sglang_version = importlib.metadata.version("sglang")
+    except Exception:
+        return {}
+    base = os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
+    accepted = {}
+    for stamp in glob.glob(os.path.join(base, ".cache", "flashinfer", "*", "*", "@STAMP@")):
+        try:
+            with open(stamp) as handle:
+                derived = json.load(handle).get("derived") or {}
+            inputs = derived.get("inputs") or {}
+            if inputs.get("sglang") != sglang_version or any(digest(path) != sha for path, sha in inputs["files"].items()):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        for entry in (derived.get("configs") or {}).values():
+            accepted[entry["sha256"]] = {"attention_backends": entry["attention_backends"],
+                                         "sampling_backend": entry["sampling_backend"], "recorded": stamp}
+    return accepted
+
 if action == "parse":
     try:
         out["parsed"] = {}
+        accepted = recorded_accepts()
         for path in args["sglang_configs"]:
+            if digest(path) in accepted:
+                # Identical to a configuration SGLang accepted at the recorded warm-up, with the same models and release.
+                out["parsed"][path] = accepted[digest(path)]
+                continue
             resolved = parse(path)[1]
             out["parsed"][path] = {key: resolved.get(key) for key in (
                 "attention_backend", "prefill_attention_backend", "decode_attention_backend", "sampling_backend",
@@ -233,6 +308,15 @@ try:
     out["workspace"] = str(jit_env.FLASHINFER_WORKSPACE_DIR)
     out["cuda_home"] = cpp_ext.get_cuda_path()
     out["cuda_version"] = str(cpp_ext.get_cuda_version())
+    try:
+        import importlib.metadata
+        out["sglang_version"] = importlib.metadata.version("sglang")
+    except Exception:
+        out["sglang_version"] = None
+    import torch
+    gpus = sorted(set("%s (%d.%d)" % ((torch.cuda.get_device_name(index),) + tuple(torch.cuda.get_device_capability(index)))
+                      for index in range(torch.cuda.device_count()))) if torch.cuda.is_available() else []
+    versions = {"sglang": out["sglang_version"], "flashinfer": out["flashinfer_version"], "archs": out["archs"], "gpus": gpus}
     stamp_path = os.path.join(out["workspace"], "@STAMP@")
     current = {"flashinfer_version": out["flashinfer_version"], "cuda_home": out["cuda_home"],
                "cuda_version": out["cuda_version"], "archs": out["archs"]}
@@ -248,8 +332,14 @@ try:
         out["cleaned"].append("cache of %s: built with %s, now %s" % (out["workspace"], out["stamp"], current))
         previous = None
     if action in ("warm", "plan") and args.get("derive"):
-        out["derived"] = derive(args["sglang_configs"])
-        logging.getLogger().addHandler(handler)
+        recorded = (previous or {}).get("derived")
+        if reusable(recorded, args["sglang_configs"], versions):
+            # The configurations, the models, the releases and the GPUs are those of the recorded derivation: SGLang is
+            # not imported again (it takes seconds per run on every node).
+            out["derived"] = dict(recorded, reused=True)
+        else:
+            out["derived"] = derive(args["sglang_configs"], versions)
+            logging.getLogger().addHandler(handler)
     elif previous is not None:
         out["derived"] = previous.get("derived")
     recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
@@ -277,10 +367,16 @@ try:
             entry["seconds"] = round(time.monotonic() - started, 1)
         entry["compiled"] = spec.is_compiled
         out["modules"].append(entry)
+    # What makes a built module valid on a node: a node whose fingerprint matches can use another's build as it is.
+    out["fingerprint_fields"] = {"format": 1, "flashinfer": out["flashinfer_version"], "sglang": out["sglang_version"],
+                                 "archs": out["archs"], "cuda_home": out["cuda_home"], "nvcc": out["cuda_version"],
+                                 "workspace": out["workspace"], "modules": sorted(entry["uri"] for entry in out["modules"])}
+    out["fingerprint"] = hashlib.sha256(json.dumps(out["fingerprint_fields"], sort_keys=True).encode()).hexdigest()[:32]
     if action == "warm":
         os.makedirs(out["workspace"], exist_ok=True)
         with open(stamp_path + ".tmp", "w") as handle:
-            json.dump(dict(current, derived=out["derived"]), handle, indent=2, sort_keys=True)
+            record = {key: value for key, value in (out["derived"] or {}).items() if key != "reused"} or None
+            json.dump(dict(current, derived=record), handle, indent=2, sort_keys=True)
         os.replace(stamp_path + ".tmp", stamp_path)
         out["stamp"] = current
         out["stamp_matches"] = True
@@ -445,6 +541,155 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     return problems
 
 
+# The build store (jit_cache): one node per fingerprint compiles, the others import its build. An artifact is a gzip'd
+# tar of manifest.json (the fingerprint, sha256 and size of every file) and, relative to FlashInfer's workspace, each
+# module's build directory (cached_ops/<uri>/: objects, library, build.ninja, ninja's logs), its generated sources
+# (generated/<uri>/) and the warm-up record.
+ARTIFACT_FORMAT = 1
+
+
+def artifact_members(view: t.Dict[str, t.Any]) -> t.List[str]:
+    """The workspace-relative files of the modules in view (regular files only; lock files left out)."""
+    workspace = view["workspace"]
+    members = [STAMP] if os.path.isfile(os.path.join(workspace, STAMP)) else []
+    for module in view.get("modules", []):
+        for sub in ("cached_ops", "generated"):
+            top = os.path.join(workspace, sub, module["uri"])
+            for folder, _dirs, files in os.walk(top):
+                for name in sorted(files):
+                    path = os.path.join(folder, name)
+                    if os.path.isfile(path) and not os.path.islink(path) and not name.endswith(".lock"):
+                        members.append(os.path.relpath(path, workspace))
+    return sorted(members)
+
+
+def export_artifact(view: t.Dict[str, t.Any], output: str) -> t.Dict[str, t.Any]:
+    """Pack the compiled modules of view (a plan of this node) into output, atomically."""
+    missing = [module["name"] for module in view.get("modules", []) if not module.get("compiled")]
+    if missing or not view.get("stamp_matches"):
+        raise ValueError("nothing to export: modules not compiled (%s) or no warm-up record for this environment; run "
+                         "inferops-flashinfer warm first" % (", ".join(missing) or "none"))
+    workspace = view["workspace"]
+    files = {}
+    for member in artifact_members(view):
+        path = os.path.join(workspace, member)
+        files[member] = {"sha256": digest(path), "size": os.path.getsize(path)}
+    manifest = {"format": ARTIFACT_FORMAT, "fingerprint": view["fingerprint"], "fields": view["fingerprint_fields"],
+                "files": files, "built_on": os.uname().nodename}
+    blob = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    partial = output + ".partial"
+    with tarfile.open(partial, "w:gz", compresslevel=1) as archive:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(blob)
+        info.mode = 0o644
+        archive.addfile(info, io.BytesIO(blob))
+        for member in sorted(files):
+            archive.add(os.path.join(workspace, member), arcname=member, recursive=False)
+    os.replace(partial, output)
+    return {"artifact": output, "sha256": digest(output), "fingerprint": view["fingerprint"], "files": len(files)}
+
+
+def retime_deps_log(path: str, mtime_ns: int) -> int:
+    """Set the output mtime of every record in a ninja deps log (format 4) to mtime_ns; returns the records changed.
+    ninja holds recorded deps as stale when the output is newer than the mtime stored with them."""
+    with open(path, "rb") as handle:
+        data = bytearray(handle.read())
+    header = b"# ninjadeps\n"
+    if not data.startswith(header) or struct.unpack_from("<i", data, len(header))[0] != 4:
+        raise ValueError("%s is not a ninja deps log of format 4" % path)
+    position, changed = len(header) + 4, 0
+    while position + 4 <= len(data):
+        size = struct.unpack_from("<I", data, position)[0]
+        if size & 0x80000000:
+            # a deps record: output id (int32), then the output's mtime as two uint32 (low, high), then the inputs
+            struct.pack_into("<II", data, position + 8, mtime_ns & 0xFFFFFFFF, mtime_ns >> 32)
+            changed += 1
+        position += 4 + (size & 0x7FFFFFFF)
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(data)
+    os.replace(path + ".tmp", path)
+    return changed
+
+
+def import_artifact(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any], archive_path: str, sha256: str) -> t.Dict[str, t.Any]:
+    """Check an artifact from the store against this node and put it in place; ValueError says why it is refused.
+
+    Refused unless: the file's sha256 is the store's, its fingerprint is this node's, every member is a regular file
+    under a module directory of this node's plan and matches the manifest's sha256 and size, and afterwards ninja
+    itself (the tool FlashInfer runs before every load) finds nothing to rebuild."""
+    if digest(archive_path) != sha256:
+        raise ValueError("checksum mismatch: %s is not the artifact the store lists (sha256 %s)" % (archive_path, sha256))
+    workspace = view["workspace"]
+    uris = [module["uri"] for module in view.get("modules", [])]
+    allowed = tuple("%s/%s/" % (sub, uri) for uri in uris for sub in ("cached_ops", "generated"))
+    staging = os.path.join(workspace, ".inferops-import.%d" % os.getpid())
+    try:
+        with tarfile.open(archive_path, "r:gz") as archive:
+            handle = archive.extractfile("manifest.json")
+            manifest = json.load(handle) if handle else {}
+            if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("fingerprint") != view.get("fingerprint"):
+                raise ValueError("fingerprint %s is not this node's %s" % (manifest.get("fingerprint"), view.get("fingerprint")))
+            files = manifest.get("files") or {}
+            seen = set()
+            for member in archive:
+                if member.name == "manifest.json":
+                    continue
+                name = os.path.normpath(member.name)
+                if (not member.isfile() or name != member.name or name.startswith(("/", "..")) or name not in files
+                        or not (name == STAMP or name.startswith(allowed))):
+                    raise ValueError("unexpected member %r" % member.name)
+                source = archive.extractfile(member)
+                target = os.path.join(staging, name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                hasher, size = hashlib.sha256(), 0
+                with open(target, "wb") as out:
+                    chunk = source.read(1 << 20) if source else b""
+                    while chunk:
+                        hasher.update(chunk)
+                        size += len(chunk)
+                        out.write(chunk)
+                        chunk = source.read(1 << 20) if source else b""
+                if hasher.hexdigest() != files[name]["sha256"] or size != files[name]["size"]:
+                    raise ValueError("%s does not match the manifest's checksum" % name)
+                os.chmod(target, member.mode & 0o755)
+                seen.add(name)
+            if seen != set(files):
+                raise ValueError("members missing: %s" % ", ".join(sorted(set(files) - seen)))
+        # Into place, module by module (a module's old, half-built or stale directory is replaced whole).
+        now = time.time_ns()
+        for folder, _dirs, names in os.walk(staging):
+            for name in names:
+                os.utime(os.path.join(folder, name), ns=(now, now))
+        for top in sorted({"/".join(name.split("/")[:2]) for name in files if name != STAMP}):
+            os.makedirs(os.path.dirname(os.path.join(workspace, top)), exist_ok=True)
+            shutil.rmtree(os.path.join(workspace, top), ignore_errors=True)
+            os.replace(os.path.join(staging, top), os.path.join(workspace, top))
+        if STAMP in files:
+            os.replace(os.path.join(staging, STAMP), os.path.join(workspace, STAMP))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    # ninja's records of the build are from the node that built it: the outputs (now newer than this node's inputs) are
+    # restated in the build log and the deps log, then ninja says whether anything would be rebuilt.
+    env = service_env(config)
+    stale = []
+    for uri in uris:
+        build_dir = os.path.join(workspace, "cached_ops", uri)
+        deps_log = os.path.join(build_dir, ".ninja_deps")
+        if os.path.isfile(deps_log):
+            retime_deps_log(deps_log, now)
+        ninja = ["ninja", "-C", build_dir, "-f", os.path.join(build_dir, "build.ninja")]
+        subprocess.run(ninja + ["-t", "restat"], env=env, capture_output=True, text=True, check=False)
+        dry = subprocess.run(ninja + ["-n", "-d", "explain"], env=env, capture_output=True, text=True, check=False)
+        if dry.returncode != 0 or "no work to do" not in dry.stdout:
+            stale.append("%s: %s" % (uri, (dry.stderr or dry.stdout).strip().splitlines()[:1]))
+    if stale:
+        for uri in uris:
+            for sub in ("cached_ops", "generated"):
+                shutil.rmtree(os.path.join(workspace, sub, uri), ignore_errors=True)
+        raise ValueError("ninja would rebuild after the import, so it was removed again: %s" % "; ".join(stale))
+    return {"imported": len(files), "fingerprint": view["fingerprint"], "built_on": manifest.get("built_on")}
+
+
 class WarmLock:
     """One warm-up per node at a time (a second waits)."""
 
@@ -469,9 +714,29 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--sglang-config", action="append", default=[], metavar="FILE",
                         help="plan, parse: these SGLang configurations instead of sglang_config_dir's")
-    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check"))
+    parser.add_argument("--output", metavar="FILE", help="export: where the artifact is written")
+    parser.add_argument("--archive", metavar="FILE", help="import: the artifact from the store")
+    parser.add_argument("--sha256", metavar="HEX", help="import: its checksum as the store lists it")
+    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import"))
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    if args.command in ("export", "import"):
+        if (args.command == "export" and not args.output) or (args.command == "import" and not (args.archive and args.sha256)):
+            parser.error("export needs --output; import needs --archive and --sha256")
+        view = inner(config, "plan")
+        try:
+            if view.get("error"):
+                raise ValueError("FlashInfer cannot start in the services' environment: %s" % view["error"])
+            if args.command == "export":
+                result = export_artifact(view, args.output)
+            else:
+                with WarmLock(read_env_file(config["env_file"]).get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir):
+                    result = import_artifact(config, view, args.archive, args.sha256)
+        except (ValueError, OSError) as exc:
+            print(json.dumps({"error": str(exc), "fingerprint": view.get("fingerprint")}, sort_keys=True))
+            return 3 if args.command == "import" else 1
+        print(json.dumps(result, sort_keys=True))
+        return 0
     if args.sglang_config:
         if args.command not in ("plan", "parse"):
             parser.error("--sglang-config goes with plan and parse only")
