@@ -60,11 +60,16 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
-# sanity (mostly pip installs and pylint), the lab's images and mirror (debootstrap, downloads) and the unit tests
-# run side by side; then the molecule scenarios, one after the other (they share the lab's bridge and mirror).
-test: lint
-	$(MAKE) --no-print-directory --output-sync=target -j3 sanity lab-images units
-	$(MAKE) --no-print-directory molecule
+# sanity (pip installs and pylint, mostly one core) and the unit tests run beside the lab: its images and mirror, then
+# the molecule scenarios one after the other (they share the lab's bridge and mirror), which wait on their nodes much of
+# the time. The scenarios print as they run; sanity's and the unit tests' output follows when both are done.
+test: lint debs
+	@mkdir -p $(BUILD)
+	@( $(MAKE) --no-print-directory sanity units > $(BUILD)/checks.log 2>&1; echo $$? > $(BUILD)/checks.rc ) & checks=$$!; \
+	  lab=0; $(MAKE) --no-print-directory lab-images molecule || lab=$$?; \
+	  wait $$checks; echo "== sanity and unit tests, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
+	  echo "== lab and molecule: rc $$lab; sanity and unit tests: rc $$(cat $(BUILD)/checks.rc)"; \
+	  test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0
 
 lint: ruff ansible-lint
 
