@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -44,7 +45,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> t.Dict[str, t.Any]:
     run(["ansible-galaxy", "collection", "install", "--offline", "-p", str(tmp / "collections"), str(tarball)], env)
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
-    return {"tmp": tmp, "env": env, "names": names}
+    return {"tmp": tmp, "env": env, "names": names, "tarball": tarball}
 
 
 def profile_bin(tmp: t.Any, profile: str) -> str:
@@ -154,3 +155,18 @@ def test_installed_service_role_refuses_bad_settings_before_any_change(installed
     assert "sglang_service_ar: tp_size 3 x dp_size 1 must equal the 8 selected GPU(s) [0, 1, 2, 3, 4, 5, 6, 7]: change tp_size, dp_size or gpus" \
         in done.stdout, done.stdout
     assert "changed=0" in done.stdout and not (tmp / "sglang-config").exists()
+
+
+def test_ansible_builder_accepts_the_execution_environment(installed: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    """execution-environment.yml with the tarball built above: ansible-builder writes a build context (no engine here)
+    whose image installs ansible-core, ansible-runner and this collection from the tarball."""
+    shutil.copy(os.path.join(ROOT, "execution-environment.yml"), tmp_path)
+    shutil.copy(installed["tarball"], tmp_path / "inferops-blackwell.tar.gz")
+    run([os.path.join(BIN, "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", "context",
+         "--output-filename", "Containerfile"], installed["env"], cwd=str(tmp_path))
+    containerfile = (tmp_path / "context" / "Containerfile").read_text()
+    assert 'ANSIBLE_INSTALL_REFS="ansible-core==2.19.14 ansible-runner==2.4.3"' in containerfile
+    assert "ansible-galaxy collection install" in containerfile and "-r requirements.yml" in containerfile
+    requirements = (tmp_path / "context" / "_build" / "requirements.yml").read_text()
+    assert "name: /build/inferops-blackwell.tar.gz" in requirements and "type: file" in requirements
+    assert (tmp_path / "context" / "_build" / "inferops-blackwell.tar.gz").read_bytes() == installed["tarball"].read_bytes()

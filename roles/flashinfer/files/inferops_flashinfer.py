@@ -18,7 +18,8 @@ reports is what a service would get.
           half-built modules first; rebuild everything when the toolkit changed
           since the last warm-up; record what was derived from which file contents
   plan    what warm would do: the derived and configured modules and their
-          state, as JSON; builds nothing
+          state, the node's fingerprint, and what check would say, as JSON;
+          builds nothing
   parse   SGLang's own parser and resolution of the configurations (with
           --sglang-config, candidate files): the backends it picks, or its
           refusal; exit 1 on a refusal
@@ -332,14 +333,30 @@ try:
         out["cleaned"].append("cache of %s: built with %s, now %s" % (out["workspace"], out["stamp"], current))
         previous = None
     if action in ("warm", "plan") and args.get("derive"):
-        recorded = (previous or {}).get("derived")
+        # The last derivation: recorded by a warm-up (the stamp), or kept by a plan whose warm-up has not run yet.
+        memo_path = os.path.join(out["workspace"], "inferops-derived.json")
+        recorded, out["derived_from"] = (previous or {}).get("derived"), "warm-up"
+        if not reusable(recorded, args["sglang_configs"], versions):
+            try:
+                with open(memo_path) as handle:
+                    recorded, out["derived_from"] = json.load(handle), "plan"
+            except (OSError, ValueError):
+                recorded = None
         if reusable(recorded, args["sglang_configs"], versions):
-            # The configurations, the models, the releases and the GPUs are those of the recorded derivation: SGLang is
-            # not imported again (it takes seconds per run on every node).
+            # The configurations, the models, the releases and the GPUs are those of that derivation: SGLang is not
+            # imported again (it takes seconds per run on every node).
             out["derived"] = dict(recorded, reused=True)
         else:
+            out["derived_from"] = "SGLang"
             out["derived"] = derive(args["sglang_configs"], versions)
             logging.getLogger().addHandler(handler)
+            try:
+                os.makedirs(out["workspace"], exist_ok=True)
+                with open(memo_path + ".tmp", "w") as handle:
+                    json.dump(out["derived"], handle, sort_keys=True)
+                os.replace(memo_path + ".tmp", memo_path)
+            except OSError:
+                pass
     elif previous is not None:
         out["derived"] = previous.get("derived")
     recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
@@ -743,6 +760,10 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
         config["sglang_config_files"] = [os.path.abspath(path) for path in args.sglang_config]
     if args.command in ("probe", "plan", "parse"):
         view = inner(config, args.command)
+        if args.command == "plan" and not args.sglang_config:
+            # What the preflight would say of the node as it is (meaningful when the plan has nothing to do: then the
+            # derivation in view is the one recorded at the warm-up), so that a no-op run needs no second FlashInfer start.
+            view["problems"] = check(config, view)
         print(json.dumps(view, indent=2, sort_keys=True))
         return 1 if args.command in ("plan", "parse") and view.get("error") else 0
     if args.command == "warm":
