@@ -64,7 +64,7 @@ STAMP = "inferops-warm.json"
 
 # Runs inside the SGLang venv's Python: FlashInfer's own code decides everything reported.
 INNER = r"""
-import contextlib, hashlib, io, json, logging, os, shutil, sys, time, fcntl
+import contextlib, hashlib, io, json, logging, os, shutil, subprocess, sys, time, fcntl
 action, args = sys.argv[1], json.loads(sys.argv[2])
 captured = io.StringIO()
 handler = logging.StreamHandler(captured)
@@ -245,6 +245,24 @@ def derive(paths, versions):
                                                   for model in entry["models"]], versions)
     return derived
 
+def up_to_date(spec):
+    # FlashInfer loads a JIT module only after ninja found nothing to rebuild (build_and_load -> build -> write_ninja,
+    # run_ninja): a library older than its sources, headers or build file is rebuilt at the first request. So this asks
+    # ninja, with the build file FlashInfer would write now, for a dry run. Returns (usable, why not).
+    if not spec.is_compiled:
+        return False, "not built"
+    if getattr(spec, "is_aot", False) or not hasattr(spec, "write_ninja"):
+        return True, None
+    spec.write_ninja()
+    try:
+        done = subprocess.run(["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-n", "-d", "explain"],
+                              capture_output=True, text=True, check=False)
+    except OSError as exc:
+        return False, "ninja: %s" % exc
+    if done.returncode == 0 and "no work to do" in done.stdout:
+        return True, None
+    return False, ((done.stderr or done.stdout).strip().splitlines() or ["ninja would rebuild it"])[0]
+
 def unheld(path):
     try:
         handle = open(path, "a")
@@ -369,20 +387,26 @@ try:
         name = recipe if isinstance(recipe, str) else recipe["kind"]
         entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
                  "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
-        if action == "warm" and not spec.is_compiled:
+        usable, why = up_to_date(spec)
+        if action == "warm" and not usable:
             lock = str(spec.lock_path)
             if os.path.exists(lock) and unheld(lock):
                 os.unlink(lock)
                 out["cleaned"].append("stale lock %s" % lock)
             build_dir = os.path.dirname(entry["library"])
-            if os.path.isdir(build_dir) and unheld(lock):
+            if not spec.is_compiled and os.path.isdir(build_dir) and unheld(lock):
                 shutil.rmtree(build_dir)
                 out["cleaned"].append("half-built %s" % build_dir)
+            elif spec.is_compiled:
+                out["cleaned"].append("out of date %s (%s): ninja rebuilds it" % (spec.name, why))
             started = time.monotonic()
             spec.build()
             entry["built"] = True
             entry["seconds"] = round(time.monotonic() - started, 1)
-        entry["compiled"] = spec.is_compiled
+            usable, why = up_to_date(spec)
+        entry["compiled"] = usable
+        if spec.is_compiled and not usable:
+            entry["out_of_date"] = why
         out["modules"].append(entry)
     # What makes a built module valid on a node: a node whose fingerprint matches can use another's build as it is.
     out["fingerprint_fields"] = {"format": 1, "flashinfer": out["flashinfer_version"], "sglang": out["sglang_version"],
@@ -547,7 +571,12 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
         problems.append("FlashInfer detects CUDA %s at %s; the GPUs need >= %s. Fix: CUDA_HOME in %s (cuda_env, cuda_toolkit)."
                         % (view.get("cuda_version"), view.get("cuda_home"), config["min_cuda"], env_file))
     problems.extend(coverage_problems(config, view))
-    missing = [module["name"] for module in view.get("modules", []) if not module.get("compiled")]
+    stale = ["%s (%s)" % (module["name"], module["out_of_date"]) for module in view.get("modules", []) if module.get("out_of_date")]
+    if stale:
+        problems.append("JIT modules ninja would rebuild at their first load, as their sources, headers or build files are "
+                        "newer than them (FlashInfer or the toolkit reinstalled?): %s. Fix: inferops-flashinfer warm, or "
+                        "the remediate playbook." % "; ".join(stale))
+    missing = [module["name"] for module in view.get("modules", []) if not module.get("compiled") and not module.get("out_of_date")]
     if missing:
         problems.append("JIT modules not in the cache at %s: %s (a wiped cache?). Fix: inferops-flashinfer warm, or the "
                         "remediate playbook; starting now would compile them at the first request."

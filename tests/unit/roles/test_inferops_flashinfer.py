@@ -59,6 +59,16 @@ def test_a_wiped_cache_says_warm(node: t.Dict[str, t.Any]) -> None:
     assert problems and "not in the cache" in problems[0] and "inferops-flashinfer warm" in problems[0]
 
 
+def test_a_module_ninja_would_rebuild_is_named_apart_from_a_missing_one(node: t.Dict[str, t.Any]) -> None:
+    """A reinstalled FlashInfer (newer sources) leaves the library in place, but its first load would compile."""
+    view = dict(GOOD, modules=[{"name": "sampling", "compiled": False, "out_of_date": "output sampling.o older than most recent input"},
+                               {"name": "cascade", "compiled": False}])
+    problems = tool.check(node, view)
+    assert len(problems) == 2
+    assert "ninja would rebuild at their first load" in problems[0] and "sampling (output sampling.o older" in problems[0]
+    assert "not in the cache" in problems[1] and "cascade" in problems[1] and "sampling" not in problems[1]
+
+
 def test_a_toolkit_changed_since_the_warm_up_says_warm(node: t.Dict[str, t.Any]) -> None:
     problems = tool.check(node, dict(GOOD, stamp_matches=False))
     assert problems and "was warmed with" in problems[0]
