@@ -245,6 +245,22 @@ def derive(paths, versions):
                                                   for model in entry["models"]], versions)
     return derived
 
+def progress(phase, **fields):
+    # What a warm-up is doing, for the jit_cache role's wait (plugins/action/jit_cache_wait.py), beside the cache.
+    if action != "warm" or not out.get("workspace"):
+        return
+    state.update(fields, phase=phase)
+    try:
+        os.makedirs(out["workspace"], exist_ok=True)
+        path = os.path.join(out["workspace"], "inferops-warm-progress.json")
+        with open(path + ".tmp", "w") as handle:
+            json.dump(state, handle)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+state = {"done": []}
+
 def up_to_date(spec):
     # FlashInfer loads a JIT module only after ninja found nothing to rebuild (build_and_load -> build -> write_ninja,
     # run_ninja): a library older than its sources, headers or build file is rebuilt at the first request. So this asks
@@ -366,6 +382,7 @@ try:
             out["derived"] = dict(recorded, reused=True)
         else:
             out["derived_from"] = "SGLang"
+            progress("deriving", since=time.time())
             out["derived"] = derive(args["sglang_configs"], versions)
             logging.getLogger().addHandler(handler)
             try:
@@ -378,7 +395,7 @@ try:
     elif previous is not None:
         out["derived"] = previous.get("derived")
     recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
-    seen = set()
+    seen, planned = set(), []
     for recipe in recipes:
         spec = make_spec(recipe)
         if spec.name in seen:
@@ -387,8 +404,12 @@ try:
         name = recipe if isinstance(recipe, str) else recipe["kind"]
         entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
                  "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
-        usable, why = up_to_date(spec)
+        planned.append((spec, entry, up_to_date(spec)))
+    to_build = [entry["name"] for spec, entry, (usable, why) in planned if not usable]
+    for spec, entry, (usable, why) in planned:
         if action == "warm" and not usable:
+            progress("building", module=entry["name"], why=entry["why"], index=len(state["done"]) + 1, total=len(to_build),
+                     since=time.time())
             lock = str(spec.lock_path)
             if os.path.exists(lock) and unheld(lock):
                 os.unlink(lock)
@@ -403,6 +424,7 @@ try:
             spec.build()
             entry["built"] = True
             entry["seconds"] = round(time.monotonic() - started, 1)
+            state["done"].append({"name": entry["name"], "seconds": entry["seconds"]})
             usable, why = up_to_date(spec)
         entry["compiled"] = usable
         if spec.is_compiled and not usable:
@@ -414,6 +436,7 @@ try:
                                  "workspace": out["workspace"], "modules": sorted(entry["uri"] for entry in out["modules"])}
     out["fingerprint"] = hashlib.sha256(json.dumps(out["fingerprint_fields"], sort_keys=True).encode()).hexdigest()[:32]
     if action == "warm":
+        progress("done")
         os.makedirs(out["workspace"], exist_ok=True)
         with open(stamp_path + ".tmp", "w") as handle:
             record = {key: value for key, value in (out["derived"] or {}).items() if key != "reused"} or None

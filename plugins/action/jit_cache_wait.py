@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Wait for an asynchronous `inferops-flashinfer warm`, printing what it builds (see plugins/modules/jit_cache_wait.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import typing as t
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+ARGUMENT_SPEC = {
+    "jid": {"type": "str", "required": True},
+    "progress": {"type": "str", "required": True},
+    "timeout": {"type": "int", "default": 3600},
+    "poll": {"type": "int", "default": 15},
+    "quiet_seconds": {"type": "int", "default": 60},
+}
+
+
+def describe(progress: t.Mapping[str, t.Any], now: float) -> str:
+    """One line of what the warm-up is doing, from its progress file."""
+    phase = progress.get("phase")
+    since = now - float(progress.get("since") or now)
+    finished = ", ".join("%s %.1f s" % (item.get("name"), float(item.get("seconds") or 0)) for item in progress.get("done") or [])
+    tail = "; compiled: %s" % finished if finished else ""
+    if phase == "building":
+        step = (progress.get("index"), progress.get("total"), progress.get("module"), progress.get("why") or "-")
+        return "building %s/%s %s (%s), %d s so far%s" % (step + (since, tail))
+    if phase == "deriving":
+        return "deriving the modules with SGLang's own code, %d s so far" % since
+    if phase == "done":
+        return "done%s" % tail
+    return "starting"
+
+
+class ActionModule(ActionBase):
+    """Poll the job (async_status) and its progress file every poll seconds; print a line per host when the module
+    changes, and otherwise every quiet_seconds; return the job's result."""
+
+    _requires_connection = True
+
+    def _status(self, jid: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
+                                    module_args={"jid": jid, "mode": "status", "_async_dir": async_dir})
+
+    def _progress(self, path: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+        read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars, module_args={"src": path})
+        try:
+            return dict(json.loads(base64.b64decode(read["content"])))
+        except (KeyError, ValueError, TypeError):
+            return {}
+
+    def run(self, tmp: t.Any = None, task_vars: t.Optional[t.Dict[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname", "?")
+        deadline = time.monotonic() + args["timeout"]
+        last_step: t.Tuple[t.Any, ...] = ()
+        last_shown = 0.0
+        while True:
+            status = self._status(args["jid"], task_vars)
+            if status.get("failed") and not status.get("started", True):
+                raise AnsibleActionFail("cannot read the warm-up job %s: %s" % (args["jid"], status.get("msg")))
+            if status.get("finished"):
+                break
+            progress = self._progress(args["progress"], task_vars)
+            line = describe(progress, time.time())
+            now = time.monotonic()
+            step = (progress.get("phase"), progress.get("module"))
+            if step != last_step or now - last_shown >= args["quiet_seconds"]:
+                display.display("  %s: %s" % (host, line))
+                last_step, last_shown = step, now
+            if now > deadline:
+                raise AnsibleActionFail("the warm-up on %s ran past jit_cache_timeout (%d s): %s" % (host, args["timeout"], line))
+            time.sleep(args["poll"])
+        for key in ("stdout", "stderr", "rc", "cmd", "start", "end", "delta", "msg", "failed"):
+            if key in status:
+                result[key] = status[key]
+        result["finished"] = True
+        result["changed"] = False
+        self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
+                             module_args={"jid": args["jid"], "mode": "cleanup",
+                                          "_async_dir": self._remote_expand_user(self.get_shell_option("async_dir",
+                                                                                                       default="~/.ansible_async"))})
+        return result

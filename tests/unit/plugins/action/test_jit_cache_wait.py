@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The jit_cache_wait action: what it prints while a warm-up runs, and what it returns when the job ends."""
+
+from __future__ import annotations
+
+import base64
+import json
+import typing as t
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.inferops.blackwell.plugins.action import jit_cache_wait
+
+NOW = 1_000_000.0
+
+
+def test_a_line_names_the_module_how_many_of_how_many_and_the_time() -> None:
+    progress = {"phase": "building", "module": "batch_prefill", "why": "prefill (paged, ragged)", "index": 2, "total": 3,
+                "since": NOW - 95, "done": [{"name": "sampling", "seconds": 254.2}]}
+    assert jit_cache_wait.describe(progress, NOW) == (
+        "building 2/3 batch_prefill (prefill (paged, ragged)), 95 s so far; compiled: sampling 254.2 s")
+    assert jit_cache_wait.describe({"phase": "deriving", "since": NOW - 11}, NOW).startswith("deriving the modules")
+    assert jit_cache_wait.describe({}, NOW) == "starting"
+
+
+class Job:
+    """A warm-up job as async_status and slurp see it: one progress state per poll, then finished with `final`."""
+
+    def __init__(self, polls: t.List[t.Dict[str, t.Any]], final: t.Dict[str, t.Any]) -> None:
+        self.polls = polls
+        self.final = final
+        self.calls: t.List[str] = []
+        self.seen = -1
+
+    def execute(self, module_name: str, task_vars: t.Any = None, module_args: t.Optional[t.Dict[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+        args = module_args or {}
+        self.calls.append("%s %s" % (module_name, args.get("mode", "")))
+        if module_name == "ansible.legacy.slurp":
+            return {"content": base64.b64encode(json.dumps(self.polls[self.seen]).encode()).decode()}
+        if args.get("mode") == "cleanup":
+            return {"erased": True}
+        self.seen += 1
+        if self.seen < len(self.polls):
+            return {"started": True, "finished": False}
+        return dict(self.final, started=True, finished=True)
+
+
+def action(job: Job, monkeypatch: pytest.MonkeyPatch, **args: t.Any) -> t.Any:
+    plugin = object.__new__(jit_cache_wait.ActionModule)
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(plugin, "validate_argument_spec", lambda argument_spec: (None, dict(
+        {"timeout": 3600, "poll": 0, "quiet_seconds": 60}, jid="1.2", progress="/ws/inferops-warm-progress.json", **args)), raising=False)
+    monkeypatch.setattr(plugin, "_execute_module", job.execute, raising=False)
+    monkeypatch.setattr(plugin, "_remote_expand_user", lambda path: path.replace("~", "/var/lib/sglang"), raising=False)
+    monkeypatch.setattr(plugin, "get_shell_option", lambda name, default=None: default, raising=False)
+    return plugin
+
+
+def test_prints_each_module_once_and_returns_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    printed: t.List[str] = []
+    monkeypatch.setattr(jit_cache_wait.display, "display", lambda message, **kw: printed.append(message))
+    building = {"phase": "building", "module": "sampling", "why": "top-k", "index": 1, "total": 2, "since": 0, "done": []}
+    job = Job([{"phase": "deriving", "since": 0}, building, dict(building),
+               dict(building, module="cascade", why="merge_state", index=2, done=[{"name": "sampling", "seconds": 250.0}]),
+               {"phase": "done", "done": [{"name": "sampling", "seconds": 250.0}, {"name": "cascade", "seconds": 13.9}]}],
+              {"rc": 0, "stdout": '{"modules": []}', "changed": True})
+    result = action(job, monkeypatch).run(task_vars={"inventory_hostname": "node-1"})
+    assert result["rc"] == 0 and result["stdout"] == '{"modules": []}' and result["finished"] and not result["changed"]
+    # the second poll on the same module prints nothing (quiet_seconds)
+    assert [line.split(", ")[0] for line in printed] == [
+        "  node-1: deriving the modules with SGLang's own code", "  node-1: building 1/2 sampling (top-k)",
+        "  node-1: building 2/2 cascade (merge_state)", "  node-1: done; compiled: sampling 250.0 s"]
+    assert printed[-1] == "  node-1: done; compiled: sampling 250.0 s, cascade 13.9 s"
+    assert job.calls[-1] == "ansible.legacy.async_status cleanup"
+
+
+def test_a_failed_warm_up_returns_its_rc_for_the_task_to_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit_cache_wait.display, "display", lambda message, **kw: None)
+    job = Job([], {"rc": 1, "failed": True, "msg": "non-zero return code", "stdout": '{"error": "x"}'})
+    result = action(job, monkeypatch).run(task_vars={})
+    assert result["rc"] == 1 and result["failed"] and result["msg"] == "non-zero return code"
+
+
+def test_a_warm_up_past_its_timeout_fails_with_what_it_was_doing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit_cache_wait.display, "display", lambda message, **kw: None)
+    building = {"phase": "building", "module": "sampling", "index": 1, "total": 1, "since": 0}
+    job = Job([building] * 3, {"rc": 0})
+    with pytest.raises(AnsibleActionFail, match=r"ran past jit_cache_timeout .* building 1/1 sampling"):
+        action(job, monkeypatch, timeout=-1).run(task_vars={"inventory_hostname": "node-1"})
