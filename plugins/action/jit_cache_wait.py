@@ -47,10 +47,11 @@ class ActionModule(ActionBase):
 
     _requires_connection = True
 
-    def _status(self, jid: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    def _job(self, jid: str, mode: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+        """async_status on the node, as the async_status action runs it (the shell's async_dir, expanded there)."""
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                                    module_args={"jid": jid, "mode": "status", "_async_dir": async_dir})
+                                    module_args={"jid": jid, "mode": mode, "_async_dir": async_dir})
 
     def _progress(self, path: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
         read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars, module_args={"src": path})
@@ -68,7 +69,7 @@ class ActionModule(ActionBase):
         last_step: t.Tuple[t.Any, ...] = ()
         last_shown = 0.0
         while True:
-            status = self._status(args["jid"], task_vars)
+            status = self._job(args["jid"], "status", task_vars)
             if status.get("failed") and not status.get("started", True):
                 raise AnsibleActionFail("cannot read the warm-up job %s: %s" % (args["jid"], status.get("msg")))
             if status.get("finished"):
@@ -88,8 +89,5 @@ class ActionModule(ActionBase):
                 result[key] = status[key]
         result["finished"] = True
         result["changed"] = False
-        self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                             module_args={"jid": args["jid"], "mode": "cleanup",
-                                          "_async_dir": self._remote_expand_user(self.get_shell_option("async_dir",
-                                                                                                       default="~/.ansible_async"))})
+        self._job(args["jid"], "cleanup", task_vars)
         return result
