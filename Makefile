@@ -25,10 +25,11 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
+	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
 	@echo "make lint | sanity | units | molecule    one part of make test"
@@ -97,10 +98,30 @@ lab-images: debs venv
 	$(LABCTL) build
 	$(LABCTL) mirror --apt
 
-# molecule scenarios on lab nodes (each scenario creates and destroys its own nodes).
-MOLECULE_SCENARIOS := incident toolkit_apt flashinfer_strategies default
+# molecule scenarios on lab nodes (each scenario creates and destroys its own nodes, at its own addresses). default, the
+# longest, runs in the foreground; the others one after another beside it (labctl serializes changes to the shared
+# bridge and mirror; the lab's compile cache makes a second caller of the same compile wait for the first). Their output
+# goes to .build/molecule/<scenario>.log and is printed when default is done.
+MOLECULE_MAIN := default
+MOLECULE_BESIDE := incident toolkit_apt flashinfer_strategies
+MOLECULE_LOGS := $(BUILD)/molecule
 molecule: debs venv link
-	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test --scenario-name $$scenario || exit 1; done
+	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)
+	@( for scenario in $(MOLECULE_BESIDE); do \
+	     started=$$(date +%s); rc=0; $(BIN)/molecule test --scenario-name $$scenario > $(MOLECULE_LOGS)/$$scenario.log 2>&1 || rc=$$?; \
+	     echo "$$scenario rc=$$rc seconds=$$(( $$(date +%s) - started ))" >> $(MOLECULE_LOGS)/beside.txt; \
+	     test $$rc -eq 0 || exit $$rc; \
+	   done ) & beside=$$!; \
+	  started=$$(date +%s); main=0; $(BIN)/molecule test --scenario-name $(MOLECULE_MAIN) || main=$$?; \
+	  echo "$(MOLECULE_MAIN) rc=$$main seconds=$$(( $$(date +%s) - started ))" >> $(MOLECULE_LOGS)/beside.txt; \
+	  others=0; wait $$beside || others=$$?; \
+	  for scenario in $(MOLECULE_BESIDE); do \
+	    test -f $(MOLECULE_LOGS)/$$scenario.log || continue; \
+	    echo "== molecule scenario $$scenario, run beside $(MOLECULE_MAIN) (log: $(MOLECULE_LOGS)/$$scenario.log)"; \
+	    cat $(MOLECULE_LOGS)/$$scenario.log; \
+	  done; \
+	  echo "== molecule:"; cat $(MOLECULE_LOGS)/beside.txt; \
+	  test $$main -eq 0 && test $$others -eq 0
 
 # The whole story on a fresh two-node lab fleet (SIMULATED GPUs and SGLang; real systemd, toolkit, FlashInfer, compiles).
 LAB_PLAY := $(BIN)/ansible-playbook -i $(LAB_INVENTORY)
@@ -131,6 +152,14 @@ lab-remediate: venv link
 
 lab-down: venv
 	$(LABCTL) fleet-down
+
+# What the build store, the canary and the cheap no-op buy (issue 15's targets): BENCH_NODES lab nodes of one GPU
+# profile and one of another, real compiles (the lab's compile cache off), a table and .build/bench/bench.json.
+BENCH_NODES ?= 4
+bench: debs venv link
+	$(LABCTL) build
+	$(LABCTL) mirror
+	$(BIN)/python molecule/lab/bench.py --nodes $(BENCH_NODES)
 
 # Rewrite the README's role sections from roles/*/meta/argument_specs.yml.
 docs: venv

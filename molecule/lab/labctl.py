@@ -26,6 +26,8 @@ inferops-lab-*, the bridge iflab0 and cgroups named inferops-lab-*.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import json
@@ -439,6 +441,22 @@ def stop_mirror() -> None:
         pass
 
 
+@contextlib.contextmanager
+def lab_lock() -> t.Iterator[None]:
+    """One labctl at a time changes the lab's shared pieces (layers, bridge, mirror, the node list).
+
+    Scenarios run side by side (make molecule): without it, one scenario's last `down` removes the bridge and
+    mirror while another's `up` is adding a node to them, and two `up`s race to create the bridge.
+    """
+    os.makedirs(STATE, exist_ok=True)
+    with open(os.path.join(STATE, "labctl.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # --- measurements -----------------------------------------------------------------------------------------
 
 def record_measure(name: str, seconds: float) -> None:
@@ -796,6 +814,13 @@ def main(argv: t.List[str]) -> int:
     execute.add_argument("name")
     execute.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.command in ("status", "exec"):
+        return run_command(args)
+    with lab_lock():
+        return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
     if args.command == "build":
         build()
         disk_report()

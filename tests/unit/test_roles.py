@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every role: defaults and argument_specs say the same, variables carry the role's prefix, the README is current."""
+"""Every role: defaults and argument_specs say the same, variables carry the role's prefix, the README is current;
+the shipped ansible.cfg files."""
 
 from __future__ import annotations
 
+import configparser
 import os
 import sys
 import typing as t
@@ -51,3 +53,14 @@ def test_rendered_section_lists_every_variable() -> None:
     section: t.List[str] = role_docs.render_role("cuda_env").splitlines()
     assert section[0] == "### inferops.blackwell.cuda_env"
     assert any(line.startswith("| `cuda_env_cuda_home` | path | `/usr/local/cuda-13.0` |") for line in section)
+
+
+@pytest.mark.parametrize("path", ["ansible.cfg", "inventories/production.example/ansible.cfg"])
+def test_shipped_ansible_cfgs_pipeline_and_keep_one_ssh_connection_per_node(path: str) -> None:
+    """Issue 15's cheap no-op run: one SSH round trip per task, one handshake per node per run."""
+    parser = configparser.ConfigParser()
+    assert parser.read(os.path.join(ROOT, path)) == [os.path.join(ROOT, path)]
+    assert parser.getboolean("ssh_connection", "pipelining")
+    ssh_args = parser.get("ssh_connection", "ssh_args")
+    assert "ControlMaster=auto" in ssh_args and "ControlPersist=60s" in ssh_args
+    assert parser.getint("defaults", "forks") >= 20

@@ -16,14 +16,18 @@ at different paths (a CUDA_HOME change) share entries when their headers are ide
 
 Cache: /var/cache/lab-nvcc-cache (the lab mounts .build/lab/nvcc-cache there). Without it, while
 /etc/inferops-lab/nvcc-cache-off exists, or for a command line it does not understand, it runs nvcc as
-given. Each cached or stored call appends hit/miss to its log.
+given. Each call it sees appends hit, miss or off (and the node's name) to its log. Calls with the same key wait for each other
+(a lock per key): scenarios run side by side, and two nodes compiling the same source compile it once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,8 +72,19 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def log(entry: t.Dict[str, t.Any]) -> None:
+    """One line per nvcc call: hit, miss or off (compiled for real, cache switched off); make bench counts them."""
+    entry.update(host=socket.gethostname(), time=round(time.time(), 2))
     with open(os.path.join(CACHE, "log.jsonl"), "a") as handle:
         handle.write(json.dumps(entry) + "\n")
+
+
+@contextlib.contextmanager
+def key_lock(key: str) -> t.Iterator[None]:
+    """Held while one call looks up, compiles and stores a key; the kernel releases it if the call is killed."""
+    os.makedirs(os.path.join(CACHE, "locks"), mode=0o777, exist_ok=True)
+    with open(os.path.join(CACHE, "locks", key), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def main(argv: t.List[str]) -> int:
@@ -78,8 +93,13 @@ def main(argv: t.List[str]) -> int:
         sys.stderr.write("LAB TRIPWIRE: a compile at run time was refused (%s exists): %s\n" % (DENY, " ".join(argv)))
         return 1
     out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
-    if not os.path.isdir(CACHE) or os.path.exists(OFF) or not nvcc.endswith("/nvcc") or not (out and dep and src):
+    if not os.path.isdir(CACHE) or not nvcc.endswith("/nvcc") or not (out and dep and src):
         return subprocess.call(argv)
+    if os.path.exists(OFF):
+        started = time.monotonic()
+        rc = subprocess.call(argv)
+        log({"result": "off", "source": src, "rc": rc, "seconds": round(time.monotonic() - started, 2)})
+        return rc
     os.umask(0)
     root = os.path.dirname(os.path.dirname(nvcc))
     placeholders = [(out + ".d", "@DEP@"), (dep, "@DEP@"), (out, "@OUT@"), (src, "@SRC@"), (root, "@CUDA@")]
@@ -96,36 +116,37 @@ def main(argv: t.List[str]) -> int:
 
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
     key = hashlib.sha256(json.dumps([version, [normal(arg) for arg in argv[1:]], sha256_file(src)]).encode()).hexdigest()
-    manifest_path = os.path.join(CACHE, "manifests", key + ".json")
-    started = time.monotonic()
-    try:
-        with open(manifest_path) as handle:
-            entries = json.load(handle)
-    except (OSError, ValueError):
-        entries = []
-    for entry in entries:
+    with key_lock(key):
+        manifest_path = os.path.join(CACHE, "manifests", key + ".json")
+        started = time.monotonic()
         try:
-            if all(sha256_file(real(path)) == digest for path, digest in entry["deps"].items()):
-                with open(os.path.join(CACHE, "objects", entry["object"]), "rb") as handle:
-                    write_atomic(out, handle.read())
-                write_atomic(dep, real(entry["depfile"]).encode())
-                log({"result": "hit", "source": src, "seconds": round(time.monotonic() - started, 2)})
-                return 0
-        except OSError:
-            continue
-    rc = subprocess.call(argv)
-    if rc != 0:
-        return rc
-    with open(dep) as handle:
-        depfile = handle.read()
-    deps = {normal(path): sha256_file(path) for path in dependencies(depfile) if os.path.isfile(path)}
-    object_sum = sha256_file(out)
-    with open(out, "rb") as handle:
-        write_atomic(os.path.join(CACHE, "objects", object_sum), handle.read())
-    entries.append({"deps": deps, "object": object_sum, "depfile": normal(depfile)})
-    write_atomic(manifest_path, json.dumps(entries).encode())
-    log({"result": "miss", "source": src, "seconds": round(time.monotonic() - started, 2)})
-    return 0
+            with open(manifest_path) as handle:
+                entries = json.load(handle)
+        except (OSError, ValueError):
+            entries = []
+        for entry in entries:
+            try:
+                if all(sha256_file(real(path)) == digest for path, digest in entry["deps"].items()):
+                    with open(os.path.join(CACHE, "objects", entry["object"]), "rb") as handle:
+                        write_atomic(out, handle.read())
+                    write_atomic(dep, real(entry["depfile"]).encode())
+                    log({"result": "hit", "source": src, "seconds": round(time.monotonic() - started, 2)})
+                    return 0
+            except OSError:
+                continue
+        rc = subprocess.call(argv)
+        if rc != 0:
+            return rc
+        with open(dep) as handle:
+            depfile = handle.read()
+        deps = {normal(path): sha256_file(path) for path in dependencies(depfile) if os.path.isfile(path)}
+        object_sum = sha256_file(out)
+        with open(out, "rb") as handle:
+            write_atomic(os.path.join(CACHE, "objects", object_sum), handle.read())
+        entries.append({"deps": deps, "object": object_sum, "depfile": normal(depfile)})
+        write_atomic(manifest_path, json.dumps(entries).encode())
+        log({"result": "miss", "source": src, "seconds": round(time.monotonic() - started, 2)})
+        return 0
 
 
 if __name__ == "__main__":

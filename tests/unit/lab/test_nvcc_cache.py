@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 import typing as t
 
 import pytest
@@ -100,3 +102,25 @@ def test_the_off_switch_compiles_for_real(cache: t.Any, tmp_path: t.Any, monkeyp
     monkeypatch.setattr(cache, "OFF", str(tmp_path / "off"))
     compile_once(cache, nvcc, tmp_path)
     assert calls(nvcc) == 2
+
+
+def test_two_calls_at_once_compile_once(tmp_path: t.Any) -> None:
+    """Scenarios run side by side: two nodes asking for the same object at the same moment share one compile."""
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    # the fake compiler takes a second, so both calls are inside it together without the lock
+    (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC.replace('echo x >>', 'sleep 1; echo x >>'))
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    (tmp_path / "cache").mkdir()
+    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
+               LAB_NVCC_DENY=str(tmp_path / "no-deny"))
+    runs = []
+    for index in range(2):
+        build = tmp_path / ("build%d" % index)
+        build.mkdir()
+        out = str(build / "k.cuda.o")
+        runs.append(subprocess.Popen([sys.executable, script, nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d",
+                                      "-c", str(tmp_path / "k.cu"), "-o", out], env=env))
+    assert [run.wait(timeout=30) for run in runs] == [0, 0]
+    assert calls(nvcc) == 1
+    assert (tmp_path / "build0" / "k.cuda.o").read_text() == (tmp_path / "build1" / "k.cuda.o").read_text() == "kernel 1\nheader 1\n"

@@ -1,0 +1,257 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""make bench -- what the build store, the canary and the cheap no-op buy, measured on lab nodes.
+
+LAB TOOLING. Boots N lab nodes of one GPU profile and one of another (SIMULATED GPUs; real systemd, toolkit,
+FlashInfer and nvcc 13.0 compiles), with the lab's compile cache switched off on every node, so that each
+compile is a real one and each nvcc call is counted (the lab launcher logs every call with the node's name).
+Then, in one run:
+
+  converge   playbooks/site.yml on 1 fresh node, then on N fresh nodes of that fingerprint plus the other one
+  no-op      site.yml again on 1 node, then on all of them (nothing may change)
+  jit_cache  the jit_cache role alone on a warm node (nothing may compile)
+  remediate  one node's caches wiped, playbooks/remediate.yml on it; every node's caches wiped, remediate.yml with
+             the store, then (wiped again) without it
+
+and prints a table and writes JSON (.build/bench/bench.json), with the machine it ran on. Exits 1 when a target
+of issue 15 is missed: N nodes converge and remediate in at most 1.5x one node with the store and at least 2.5x
+faster than without it; a no-op run of N nodes in at most 1.5x one node; a warm jit_cache compiles nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import typing as t
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import labctl  # noqa: E402 -- the lab's own node tooling
+
+ROOT = labctl.ROOT
+BENCH = os.path.join(labctl.STATE, "..", "bench")
+NVCC_LOG = os.path.join(labctl.STATE, "nvcc-cache", "log.jsonl")
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+CACHES = ["/var/lib/sglang/.cache/flashinfer", "/var/lib/sglang/.cache/sglang"]
+STEPS = ("converge_1", "converge_n", "noop_1", "noop_n", "jit_cache_warm", "remediate_1", "remediate_store", "remediate_no_store")
+GROUPS = {"rtx-pro-6000-x8": "rtx_pro_6000", "b300-x8": "b300"}
+
+
+class Node(t.NamedTuple):
+    name: str
+    profile: str
+    address: str
+
+
+def log(message: str) -> None:
+    print("[bench] " + message, flush=True)
+
+
+def short(profile: str) -> str:
+    """rtx-pro-6000-x8 -> pro-6000: a node name's part."""
+    return profile.rsplit("-x", maxsplit=1)[0].replace("rtx-", "")
+
+
+def nodes_for(count: int, profile: str, other: str) -> t.List[Node]:
+    nodes = [Node("bench-%s-%d" % (short(profile), index + 1), profile, "10.213.0.%d" % (101 + index)) for index in range(count)]
+    return nodes + [Node("bench-%s-1" % short(other), other, "10.213.0.150")]
+
+
+def labctl_run(*args: str) -> None:
+    subprocess.run([sys.executable, os.path.join(HERE, "labctl.py"), *args], check=True)
+
+
+def boot(node: Node) -> None:
+    """A fresh node (a new overlay), with the lab's compile cache off: every compile below is a real one."""
+    labctl_run("down", node.name)
+    labctl_run("up", node.name, "--profile", node.profile, "--address", node.address)
+    labctl_run("exec", node.name, "--", "touch", "/etc/inferops-lab/nvcc-cache-off")
+
+
+def write_inventory(nodes: t.List[Node]) -> str:
+    os.makedirs(BENCH, exist_ok=True)
+    groups: t.Dict[str, t.Dict[str, t.Any]] = {}
+    for node in nodes:
+        group = groups.setdefault(GROUPS.get(node.profile, node.profile.replace("-", "_")), {"hosts": {}})
+        group["hosts"][node.name] = {"ansible_host": node.address, "lab_gpu_profile": node.profile}
+    inventory = {"all": {"vars": {
+        "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_private_key_file": labctl.ssh_key(),
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"},
+        "children": {"sglang_nodes": {"children": groups}}}}
+    path = os.path.join(BENCH, "hosts.yml")
+    with open(path, "w") as handle:
+        json.dump(inventory, handle, indent=1)  # JSON is YAML
+    link = os.path.join(BENCH, "group_vars")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(ROOT, "inventories", "lab", "group_vars"), link)
+    return path
+
+
+def nvcc_calls(since: float, until: float) -> t.Dict[str, int]:
+    counts: t.Dict[str, int] = {}
+    if not os.path.exists(NVCC_LOG):
+        return counts
+    with open(NVCC_LOG) as handle:
+        for line in handle:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if str(entry.get("host", "")).startswith("bench-") and since <= entry.get("time", 0) <= until:
+                counts[entry["host"]] = counts.get(entry["host"], 0) + 1
+    return counts
+
+
+def recap(text: str) -> t.Dict[str, t.Dict[str, int]]:
+    hosts = {}
+    for match in re.finditer(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text, re.M):
+        hosts[match.group(1)] = {"ok": int(match.group(2)), "changed": int(match.group(3)),
+                                 "unreachable": int(match.group(4)), "failed": int(match.group(5))}
+    return hosts
+
+
+def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: str) -> t.Dict[str, t.Any]:
+    """One ansible-playbook run, timed; its output kept in .build/bench/<step>.log."""
+    names = [node.name for node in hosts]
+    command = [PLAYBOOK, "-i", inventory, os.path.join(ROOT, "playbooks", playbook), "--limit", ",".join(names),
+               "--forks", str(max(5, len(names))), *extra]
+    log("%s: %s on %d node(s)" % (step, playbook, len(names)))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    started_wall, started = time.time(), time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    seconds = time.monotonic() - started
+    with open(os.path.join(BENCH, step + ".log"), "w") as handle:
+        handle.write(" ".join(command) + "\n" + done.stdout + "\n" + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit("bench: %s failed (rc %d); see %s" % (step, done.returncode, os.path.join(BENCH, step + ".log")))
+    calls = nvcc_calls(started_wall, time.time())
+    hosts_recap = recap(done.stdout)
+    result = {"seconds": round(seconds, 1), "nodes": len(names), "seconds_per_node": round(seconds / len(names), 1),
+              "nvcc_calls": sum(calls.values()), "nvcc_calls_per_node": {name: calls.get(name, 0) for name in names},
+              "changed": sum(entry["changed"] for entry in hosts_recap.values())}
+    log("%s: %.1f s, %d nvcc call(s), %d change(s)" % (step, seconds, result["nvcc_calls"], result["changed"]))
+    return result
+
+
+def wipe(nodes: t.List[Node]) -> None:
+    for node in nodes:
+        labctl_run("exec", node.name, "--", "rm", "-rf", *CACHES)
+
+
+def machine() -> t.Dict[str, t.Any]:
+    model = ""
+    with open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as handle:
+        memory_kib = int(handle.readline().split()[1])
+    ansible = subprocess.run([PLAYBOOK, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    return {"host": platform.node(), "cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(memory_kib / 2**20, 1),
+            "kernel": platform.release(), "python": platform.python_version(), "ansible": ansible[0] if ansible else "",
+            "commit": commit.stdout.strip(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return round(numerator / denominator, 2) if denominator else float("inf")
+
+
+def main(argv: t.List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=4, help="nodes of the first profile (default 4)")
+    parser.add_argument("--profile", default="rtx-pro-6000-x8")
+    parser.add_argument("--other", default="b300-x8", help="the one node of another fingerprint")
+    parser.add_argument("--keep", action="store_true", help="leave the nodes running afterwards")
+    args = parser.parse_args(argv)
+    if args.nodes < 2 or args.nodes > 40:
+        raise SystemExit("bench: --nodes must be between 2 and 40")
+    labctl.require_root()
+    others = [name for name in labctl.known_nodes() if not name.startswith("bench-")]
+    if others:
+        raise SystemExit("bench: other lab nodes are running (%s); they would share the cores being measured. "
+                         "Stop them first (make lab-down)" % ", ".join(others))
+    with open(os.path.join(HERE, "LAB-NODE.txt")) as handle:
+        for line in handle:
+            log(line.rstrip())
+    nodes = nodes_for(args.nodes, args.profile, args.other)
+    first = nodes[:1]
+    inventory = write_inventory(nodes)
+    stores = {name: os.path.join(BENCH, "store-" + name) for name in ("one", "fleet")}
+    for path in stores.values():
+        shutil.rmtree(path, ignore_errors=True)
+    results: t.Dict[str, t.Any] = {"machine": machine(), "nodes": [node._asdict() for node in nodes],
+                                   "lab": "SIMULATED GPUs and SGLang; real systemd, CUDA 13.0, FlashInfer, nvcc compiles "
+                                          "(the lab's compile cache off on every node)"}
+    try:
+        boot(first[0])
+        results["converge_1"] = play("converge_1", inventory, "site.yml", first, "-e", "jit_cache_store_dir=" + stores["one"])
+        for node in nodes:
+            boot(node)
+        store = ["-e", "jit_cache_store_dir=" + stores["fleet"]]
+        results["converge_n"] = play("converge_n", inventory, "site.yml", nodes, *store)
+        results["noop_1"] = play("noop_1", inventory, "site.yml", first, *store)
+        results["noop_n"] = play("noop_n", inventory, "site.yml", nodes, *store)
+        results["jit_cache_warm"] = play("jit_cache_warm", inventory, "site.yml", first, "--tags", "jit_cache", *store)
+        wipe(first)
+        results["remediate_1"] = play("remediate_1", inventory, "remediate.yml", first, *store,
+                                      "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-1.json"))
+        wipe(nodes)
+        results["remediate_store"] = play("remediate_store", inventory, "remediate.yml", nodes, *store,
+                                          "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-store.json"))
+        wipe(nodes)
+        results["remediate_no_store"] = play("remediate_no_store", inventory, "remediate.yml", nodes, "-e", "jit_cache_store_dir=",
+                                             "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-no-store.json"))
+    finally:
+        if not args.keep:
+            for node in nodes:
+                labctl_run("down", node.name)
+    targets = [
+        ("N+1 nodes converge with the store in <= 1.5x one node",
+         ratio(results["converge_n"]["seconds"], results["converge_1"]["seconds"]), "<=", 1.5),
+        ("no-op run of N+1 nodes in <= 1.5x one node", ratio(results["noop_n"]["seconds"], results["noop_1"]["seconds"]), "<=", 1.5),
+        ("remediation of N+1 nodes: without the store / with it >= 2.5x",
+         ratio(results["remediate_no_store"]["seconds"], results["remediate_store"]["seconds"]), ">=", 2.5),
+        ("remediation of N+1 nodes with the store in <= 1.5x one node",
+         ratio(results["remediate_store"]["seconds"], results["remediate_1"]["seconds"]), "<=", 1.5),
+        ("remediation with the store: nvcc calls", float(results["remediate_store"]["nvcc_calls"]), "<=", 0.0),
+        ("no-op runs change nothing", float(results["noop_1"]["changed"] + results["noop_n"]["changed"]), "<=", 0.0),
+        ("warm jit_cache: nvcc calls", float(results["jit_cache_warm"]["nvcc_calls"]), "<=", 0.0),
+    ]
+    results["targets"] = [{"what": what, "value": value, "target": "%s %s" % (op, bound),
+                           "met": value <= bound if op == "<=" else value >= bound} for what, value, op, bound in targets]
+    report(results, args.nodes)
+    with open(os.path.join(BENCH, "bench.json"), "w") as handle:
+        json.dump(results, handle, indent=2)
+    log("JSON: %s" % os.path.normpath(os.path.join(BENCH, "bench.json")))
+    return 0 if all(target["met"] for target in results["targets"]) else 1
+
+
+def report(results: t.Dict[str, t.Any], count: int) -> None:
+    m = results["machine"]
+    print("\nmake bench: %d x %s + 1 x %s (SIMULATED GPUs), on %s (%d CPUs, %s, %.0f GiB), commit %s, %s" % (
+        count, results["nodes"][0]["profile"], results["nodes"][-1]["profile"], m["host"], m["cpus"], m["cpu_model"],
+        m["memory_gib"], m["commit"], m["date"]))
+    print("%-22s %6s %10s %10s %6s %8s" % ("step", "nodes", "seconds", "s/node", "nvcc", "changed"))
+    for step in STEPS:
+        entry = results[step]
+        print("%-22s %6d %10.1f %10.1f %6d %8d" % (step, entry["nodes"], entry["seconds"], entry["seconds_per_node"],
+                                                     entry["nvcc_calls"], entry["changed"]))
+    for target in results["targets"]:
+        print("%-4s %s: %s (target %s)" % ("MET" if target["met"] else "MISS", target["what"], target["value"], target["target"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
