@@ -61,15 +61,15 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
-# sanity (pip installs and pylint, mostly one core) and the unit tests run beside the lab: its images and mirror, then
-# the molecule scenarios one after the other (they share the lab's bridge and mirror), which wait on their nodes much of
-# the time. The scenarios print as they run; sanity's and the unit tests' output follows when both are done.
-test: lint debs
+# lint, sanity (pip installs and pylint, mostly one core) and the unit tests run beside the lab: its images and mirror,
+# then the molecule scenarios (default, and the others beside it: see molecule), which wait on their nodes much of the
+# time. default prints as it runs; the other scenarios', lint's, sanity's and the unit tests' output follows.
+test: debs venv link
 	@mkdir -p $(BUILD)
-	@( $(MAKE) --no-print-directory sanity units > $(BUILD)/checks.log 2>&1; echo $$? > $(BUILD)/checks.rc ) & checks=$$!; \
+	@( $(MAKE) --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1; echo $$? > $(BUILD)/checks.rc ) & checks=$$!; \
 	  lab=0; $(MAKE) --no-print-directory lab-images molecule || lab=$$?; \
-	  wait $$checks; echo "== sanity and unit tests, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
-	  echo "== lab and molecule: rc $$lab; sanity and unit tests: rc $$(cat $(BUILD)/checks.rc)"; \
+	  wait $$checks; echo "== lint, sanity and unit tests, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
+	  echo "== lab and molecule: rc $$lab; lint, sanity and unit tests: rc $$(cat $(BUILD)/checks.rc)"; \
 	  test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0
 
 lint: ruff ansible-lint
@@ -103,7 +103,7 @@ lab-images: debs venv
 # bridge and mirror; the lab's compile cache makes a second caller of the same compile wait for the first). Their output
 # goes to .build/molecule/<scenario>.log and is printed when default is done.
 MOLECULE_MAIN := default
-MOLECULE_BESIDE := incident toolkit_apt flashinfer_strategies
+MOLECULE_BESIDE := rollout incident toolkit_apt flashinfer_strategies
 MOLECULE_LOGS := $(BUILD)/molecule
 molecule: debs venv link
 	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)
