@@ -15,6 +15,7 @@ import re
 import typing as t
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RELEASE = re.compile(r"[0-9]+\.[0-9]+")
@@ -46,6 +47,15 @@ def show(value: t.Any) -> str:
     if isinstance(value, str):
         return repr(value)[1:-1] if _CONTROL.search(value) or "\\" in value else value
     return repr(value)
+
+
+def kind_of(value: t.Any) -> str:
+    """What the operator gave, in YAML's words (Ansible's lazy containers have internal class names)."""
+    for kind, name in ((bool, "boolean"), (int, "number"), (float, "number"), (str, "string"), (dict, "mapping"),
+                       (list, "list"), (tuple, "list")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
 
 
 def _is_int(value: t.Any) -> bool:
@@ -99,7 +109,7 @@ def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional
             return "%s=%s is out of range: give a whole number from %d to %d" % (var, shown, low, high)
         return None
     if not isinstance(value, str):
-        return "%s=%s: give a string, not a %s" % (var, shown, type(value).__name__)
+        return "%s=%s: give a string, not a %s" % (var, shown, kind_of(value))
     if _CONTROL.search(value):
         return "%s=%s holds a control character (newline, tab, ...): remove it" % (var, shown)
     if kind == "text":
@@ -157,7 +167,7 @@ def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_
     (both files quote values in single quotes).
     """
     if not isinstance(extra, dict):
-        return ["%s must be a mapping of NAME: value, not a %s" % (var, type(extra).__name__)]
+        return ["%s must be a mapping of NAME: value, not a %s" % (var, kind_of(extra))]
     problems = []
     for name, value in extra.items():
         key = str(name)
@@ -176,8 +186,23 @@ def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_
     return problems
 
 
+def argspec_problems(values: t.Any, options: t.Any, role: str = "") -> t.List[str]:
+    """A role's argument spec applied the way Ansible applies it when the role starts, each error in one line.
+
+    values: the role's variables (name: value); options: the entry point's options from meta/argument_specs.yml.
+    Ansible's own check fails with its whole argument spec in the result (kilobytes per host); this says only
+    what is wrong, naming the variable, and where the spec is.
+    """
+    if not isinstance(values, dict) or not isinstance(options, dict):
+        raise AnsibleFilterError("argspec_problems expects the variables and the argument spec's options, both mappings")
+    given = {name: value for name, value in values.items() if name in options}
+    result = ArgumentSpecValidator(dict(options)).validate(given, validate_role_argument_spec=True)
+    where = " (types: roles/%s/meta/argument_specs.yml)" % role if role else ""
+    return [" ".join(str(message).split()) + where for message in result.error_messages]
+
+
 class FilterModule:
     """inferops.blackwell input checks."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems}
+        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems, "argspec_problems": argspec_problems}

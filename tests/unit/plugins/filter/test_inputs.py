@@ -1,15 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The input_problems and env_extra_problems filters: bad operator input named, with the fix."""
+"""The input_problems, env_extra_problems and argspec_problems filters: bad operator input named, with the fix."""
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.inferops.blackwell.plugins.filter.inputs import env_extra_problems, input_problems
+from ansible_collections.inferops.blackwell.plugins.filter.inputs import argspec_problems, env_extra_problems, input_problems
 
 MANAGED = ["CUDA_HOME", "PATH", "LD_LIBRARY_PATH"]
 
@@ -152,3 +154,46 @@ def test_bad_jit_modules_are_named_with_the_fix(module: t.Any, says: str) -> Non
 def test_each_wants_a_list() -> None:
     assert input_problems([{"var": "flashinfer_jit_modules", "value": "sampling", "kind": "jit_module", "each": True}]) == [
         "flashinfer_jit_modules=sampling: give a list"]
+
+
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+
+
+def spec_and_defaults(role: str) -> t.Tuple[t.Dict[str, t.Any], t.Dict[str, t.Any]]:
+    with open(os.path.join(ROLES, role, "meta", "argument_specs.yml")) as handle:
+        options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as handle:
+        return options, yaml.safe_load(handle)
+
+
+@pytest.mark.parametrize("role", ["cuda_toolkit", "cuda_env", "flashinfer", "jit_cache", "sglang_service"])
+def test_every_role_default_fits_its_own_argument_spec(role: str) -> None:
+    options, defaults = spec_and_defaults(role)
+    assert argspec_problems(defaults, options, role) == []
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"sglang_service_active": 5}, "sglang_service_active"),
+    ({"sglang_service_ar": "demo"}, "sglang_service_ar"),
+    ({"sglang_service_ar": {"port": "http"}}, "port"),
+    ({"sglang_service_ar": {"no_such_key": 1}}, "no_such_key"),
+])
+def test_a_wrong_type_is_one_line_naming_the_variable_and_the_spec(change: t.Dict[str, t.Any], expected: str) -> None:
+    options, defaults = spec_and_defaults("sglang_service")
+    problems = argspec_problems(dict(defaults, **change), options, "sglang_service")
+    assert problems, change
+    for problem in problems:
+        assert "\n" not in problem and len(problem) < 400
+        assert problem.endswith("(types: roles/sglang_service/meta/argument_specs.yml)")
+    assert any(expected in problem for problem in problems)
+
+
+def test_argspec_problems_checks_only_the_spec_s_names_and_refuses_non_mappings() -> None:
+    options, defaults = spec_and_defaults("jit_cache")
+    assert argspec_problems(dict(defaults, unrelated_variable=[1, 2]), options) == []
+    with pytest.raises(AnsibleFilterError):
+        argspec_problems(["jit_cache_poll"], options)
+
+
+def test_a_lazy_list_is_named_as_yaml_names_it() -> None:
+    assert one("jit_cache_store_dir", ["a"], "path") == ["jit_cache_store_dir=['a']: give a string, not a list"]
