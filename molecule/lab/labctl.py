@@ -298,6 +298,7 @@ def ssh_key() -> str:
 MIRROR = os.path.join(STATE, "mirror")
 MIRROR_PORT = 8088
 MIRROR_URL = "http://%s:%d" % (GATEWAY, MIRROR_PORT)
+STORE_PORT = 8089
 APT_DISTRIBUTION = "debian12/x86_64"
 APT_KEY_NAME = "lab-key.asc"
 CUDA_13_DEB = ("cuda-toolkit-13-0", "13.0.2-1")
@@ -455,6 +456,50 @@ def lab_lock() -> t.Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def store_pid() -> t.Optional[int]:
+    try:
+        with open(os.path.join(STATE, "store.pid")) as handle:
+            pid = int(handle.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            cmdline = handle.read()
+    except (OSError, ValueError):
+        return None
+    return pid if b"store_server.py" in cmdline else None
+
+
+def serve_store(directory: str) -> None:
+    """The lab's HTTP build store (store_server.py: GET and PUT) over DIR, on the bridge address (nodes only)."""
+    stop_store()
+    ensure_bridge()
+    with open(os.path.join(STATE, "store.log"), "ab") as logfile:
+        process = subprocess.Popen([sys.executable, os.path.join(HERE, "store_server.py"), "--dir", directory, "--bind", GATEWAY,
+                                    "--port", str(STORE_PORT)], stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile,
+                                   start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("labctl: the lab store could not listen on %s:%d (see %s)" % (GATEWAY, STORE_PORT, os.path.join(STATE, "store.log")))
+        try:
+            with socket.create_connection((GATEWAY, STORE_PORT), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.1)
+    with open(os.path.join(STATE, "store.pid"), "w") as handle:
+        handle.write("%d\n" % process.pid)
+    log("lab build store at http://%s:%d/ over %s (pid %d)" % (GATEWAY, STORE_PORT, directory, process.pid))
+
+
+def stop_store() -> None:
+    pid = store_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        log("lab build store stopped")
+    try:
+        os.remove(os.path.join(STATE, "store.pid"))
+    except OSError:
+        pass
 
 
 # --- measurements -----------------------------------------------------------------------------------------
@@ -700,6 +745,7 @@ def down(name: str) -> None:
     if not [other for other in known_nodes() if other != name]:
         # the last node: nothing of the lab stays on the host
         stop_mirror()
+        stop_store()
         remove_bridge()
 
 
@@ -757,6 +803,7 @@ def fleet_down() -> None:
     for name in known_nodes():
         down(name)
     stop_mirror()
+    stop_store()
     remove_bridge()
 
 
@@ -810,6 +857,9 @@ def main(argv: t.List[str]) -> int:
     sub.add_parser("status", help="list lab nodes")
     mirror = sub.add_parser("mirror", help="fill the lab mirror (CUDA 13.0 wheels; --apt: the signed apt repository too)")
     mirror.add_argument("--apt", action="store_true")
+    store = sub.add_parser("store-server", help="serve DIR as the lab's HTTP build store (GET and PUT), until the last node is down")
+    store.add_argument("--dir", required=True)
+    store.add_argument("--stop", action="store_true", help="stop it instead")
     execute = sub.add_parser("exec", help="run a command inside a node (nsenter)")
     execute.add_argument("name")
     execute.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -839,6 +889,12 @@ def run_command(args: argparse.Namespace) -> int:
         mirror_wheels()
         if args.apt:
             build_apt_repo()
+    elif args.command == "store-server":
+        require_root()
+        if args.stop:
+            stop_store()
+        else:
+            serve_store(os.path.abspath(args.dir))
     elif args.command == "exec":
         return node_exec(Node(args.name), [c for c in args.cmd if c != "--"] or ["bash"], check=False).returncode
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import time
 import typing as t
 
@@ -15,6 +16,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
+# between the job's status file and the progress file in one poll's output
+MARK = "@@inferops-jit-cache-wait@@"
 
 ARGUMENT_SPEC = {
     "jid": {"type": "str", "required": True},
@@ -41,9 +44,31 @@ def describe(progress: t.Mapping[str, t.Any], now: float) -> str:
     return "starting"
 
 
+def read_poll(stdout: str) -> t.Tuple[bool, t.Dict[str, t.Any]]:
+    """(finished, progress) from one poll's output: the job's status file (as async_status reads it: empty or
+    unreadable while the job starts, {"started": 1, "finished": 0} while it runs, the result once it ended), the mark,
+    then the progress file."""
+    status_text, _mark, progress_text = stdout.partition("\n%s\n" % MARK)
+    try:
+        status = json.loads(status_text)
+    except ValueError:
+        status = None
+    finished = isinstance(status, dict) and ("started" not in status or bool(status.get("finished")))
+    try:
+        progress = json.loads(progress_text)
+    except ValueError:
+        progress = {}
+    return finished, dict(progress) if isinstance(progress, dict) else {}
+
+
 class ActionModule(ActionBase):
-    """Poll the job (async_status) and its progress file every poll seconds; print a line per host when the module
-    changes, and otherwise every quiet_seconds; return the job's result."""
+    """Poll the job and its progress file every poll seconds; print a line per host when the module changes, and
+    otherwise every quiet_seconds; return the job's result.
+
+    The job is first asked for with async_status (a job that does not exist fails at once), and its result and
+    cleanup go through async_status too; the polls in between are one shell command each (cat of the two files): no
+    module and no Python on the node, so a fleet of nodes polled every few seconds costs the controller and the
+    nodes next to nothing."""
 
     _requires_connection = True
 
@@ -52,6 +77,11 @@ class ActionModule(ActionBase):
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                     module_args={"jid": jid, "mode": mode, "_async_dir": async_dir})
+
+    def _poll(self, status_file: str, progress: str) -> t.Tuple[bool, t.Dict[str, t.Any]]:
+        command = "cat %s 2>/dev/null; echo; echo %s; cat %s 2>/dev/null; true" % (shlex.quote(status_file), MARK, shlex.quote(progress))
+        done = self._low_level_execute_command(command, sudoable=True)
+        return read_poll(str(done.get("stdout", "")))
 
     def _progress(self, path: str, task_vars: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
         read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars, module_args={"src": path})
@@ -68,13 +98,13 @@ class ActionModule(ActionBase):
         deadline = time.monotonic() + args["timeout"]
         last_step: t.Tuple[t.Any, ...] = ()
         last_shown = 0.0
-        while True:
-            status = self._job(args["jid"], "status", task_vars)
-            if status.get("failed") and not status.get("started", True):
-                raise AnsibleActionFail("cannot read the warm-up job %s: %s" % (args["jid"], status.get("msg")))
-            if status.get("finished"):
-                break
-            progress = self._progress(args["progress"], task_vars)
+        status = self._job(args["jid"], "status", task_vars)
+        if status.get("failed") and not status.get("started", True):
+            raise AnsibleActionFail("cannot read the warm-up job %s: %s" % (args["jid"], status.get("msg")))
+        finished = bool(status.get("finished"))
+        progress = {} if finished else self._progress(args["progress"], task_vars)
+        status_file = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async")).rstrip("/") + "/" + args["jid"]
+        while not finished:
             line = describe(progress, time.time())
             now = time.monotonic()
             step = (progress.get("phase"), progress.get("module"))
@@ -84,6 +114,12 @@ class ActionModule(ActionBase):
             if now > deadline:
                 raise AnsibleActionFail("the warm-up on %s ran past jit_cache_timeout (%d s): %s" % (host, args["timeout"], line))
             time.sleep(args["poll"])
+            finished, progress = self._poll(status_file, args["progress"])
+        if progress and (progress.get("phase"), progress.get("module")) != last_step:
+            # the last line: each module's compile seconds
+            display.display("  %s: %s" % (host, describe(progress, time.time())))
+        if not status.get("finished"):
+            status = self._job(args["jid"], "status", task_vars)
         for key in ("stdout", "stderr", "rc", "cmd", "start", "end", "delta", "msg", "failed"):
             if key in status:
                 result[key] = status[key]

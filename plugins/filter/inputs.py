@@ -24,6 +24,8 @@ _PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
+# A store's base URL: http(s), a host name or IPv4 address, an optional port and path; no credentials, query or spaces.
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
 # A JIT module named by the operator: a short name, or a recipe for FlashInfer's attention spec functions.
 _MODULE_NAME = re.compile(r"(sampling|cascade|norm|batch_(decode|prefill):(bf16|fp16):(64|128|256|512))")
 _MODULE_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
@@ -130,6 +132,11 @@ def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional
         if not _URL_PATH.fullmatch(value):
             return "%s=%s: give a URL path such as /health (letters, digits, . _ ~ - /)" % (var, shown)
         return None
+    if kind == "url":
+        if not _URL.fullmatch(value):
+            return ("%s=%s: give an http:// or https:// URL of a host, an optional port and a path (letters, digits, "
+                    ". _ ~ - /; credentials go in headers, not in the URL)" % (var, shown))
+        return None
     raise AnsibleFilterError("input_problems: unknown kind %r for %s" % (kind, var))
 
 
@@ -138,7 +145,8 @@ def input_problems(checks: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[str]:
 
     Each check is {var, value, kind} with kind one of release (MAJOR.MINOR as a string), int (with
     min and max), text (a string without control characters), path (absolute, safe in unit and
-    environment files), user (an unprivileged user name), url_path, jit_module (a module name or recipe).
+    environment files), user (an unprivileged user name), url_path, url (http(s), host, port, path), jit_module (a
+    module name or recipe).
     With each: true the value is a list, and every element is checked.
     """
     if not isinstance(checks, (list, tuple)):

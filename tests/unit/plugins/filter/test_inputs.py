@@ -197,3 +197,14 @@ def test_argspec_problems_checks_only_the_spec_s_names_and_refuses_non_mappings(
 
 def test_a_lazy_list_is_named_as_yaml_names_it() -> None:
     assert one("jit_cache_store_dir", ["a"], "path") == ["jit_cache_store_dir=['a']: give a string, not a list"]
+
+
+@pytest.mark.parametrize("value", ["http://10.213.0.1:8089/", "https://store.example.internal/jit", "http://s3.example:9000/bucket/x"])
+def test_url_accepts_a_store_s_base_url(value: str) -> None:
+    assert one("jit_cache_store_url", value, "url") == []
+
+
+@pytest.mark.parametrize("value", ["ftp://x/", "http://user:pw@x/", "http://x/a b", "http://x/?q=1", "http://x/\n", "x"])
+def test_url_refuses_other_schemes_credentials_queries_and_spaces(value: str) -> None:
+    problems = one("jit_cache_store_url", value, "url")
+    assert len(problems) == 1 and problems[0].startswith("jit_cache_store_url=")

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Test tooling for the bad-input matrix: each host's first failure (task, message, seconds since the run began), as JSON.
 
-Enabled only by molecule/rollout/bad_input/matrix.py (ANSIBLE_CALLBACK_PLUGINS, ANSIBLE_CALLBACKS_ENABLED); writes the
+Enabled only by molecule/default/bad_input/matrix.py (ANSIBLE_CALLBACK_PLUGINS, ANSIBLE_CALLBACKS_ENABLED); writes the
 file named by BAD_INPUT_REPORT when the run ends.
 """
 

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The bad-input matrix: every case in cases.yml, in ONE `ansible-playbook playbooks/site.yml` run.
 
-Each case becomes an inventory host of its own that points at a lab node (rollout-pro6000, converged, or the
-spare rollout-mixed) and carries the case's variables, so one run checks them all in parallel
+Each case becomes an inventory host of its own that points at a lab node (site-pro6000, converged, or the
+spare site-mixed) and carries the case's variables, so one run checks them all in parallel
 (site_serial=100%, site_max_fail_percentage=100: each host fails on its own). For every case:
   - the run failed for that host,
   - the failure message matches every `expect` pattern (the variable and the fix),
@@ -83,7 +83,7 @@ def write_inventory(cases: t.List[t.Dict[str, t.Any]], nodes: t.Mapping[str, t.D
         lab = yaml.safe_load(handle)
     hosts = {}
     for number, case in enumerate(cases, start=1):
-        node = nodes[case.get("node", "rollout-pro6000")]
+        node = nodes[case.get("node", "site-pro6000")]
         connection = {key: value for key, value in node.items() if key.startswith("ansible_")}
         hosts["case-%02d" % number] = dict(connection, **case_vars(case, lab))
     inventory_dir = os.path.join(out, "bad-input-inventory")
@@ -112,7 +112,7 @@ def rollback_case(case: t.Mapping[str, t.Any], inventory: str, node: t.Mapping[s
     with open(extra_file, "w") as handle:
         json.dump(extra, handle)
     before = ssh(node, SNAPSHOT)
-    rc, output, seconds = run_site(inventory, ["--limit", "rollout-pro6000", "-e", "@" + extra_file, "--tags", case["tags"]],
+    rc, output, seconds = run_site(inventory, ["--limit", "site-pro6000", "-e", "@" + extra_file, "--tags", case["tags"]],
                                    os.path.join(out, "rollback-%d.log" % number))
     after = ssh(node, SNAPSHOT)
     problems = ["the run succeeded"] if rc == 0 else []
@@ -166,11 +166,11 @@ def main(argv: t.List[str]) -> int:
         matrix = yaml.safe_load(handle)
     cases = matrix["cases"]
     nodes = load_inventory(args.inventory)
-    targets = sorted({case.get("node", "rollout-pro6000") for case in cases})
+    targets = sorted({case.get("node", "site-pro6000") for case in cases})
     inventory = write_inventory(cases, nodes, args.out)
     report = os.path.join(args.out, "bad-input-failures.json")
 
-    squatter = nodes["rollout-pro6000"]
+    squatter = nodes["site-pro6000"]
     ssh(squatter, "systemd-run --unit lab-port-squatter --quiet python3 -m http.server %d --bind 127.0.0.1" % SQUATTER_PORT)
     try:
         time.sleep(1)
@@ -202,7 +202,7 @@ def main(argv: t.List[str]) -> int:
         if host in alone and (alone[host]["rc"] == 0 or alone[host]["seconds"] > args.max_seconds):
             problems.append("run alone: rc %d after %.1f s" % (alone[host]["rc"], alone[host]["seconds"]))
         bad += bool(problems)
-        rows.append({"case": host, "name": case["name"], "node": case.get("node", "rollout-pro6000"), "refused": outcome is not None,
+        rows.append({"case": host, "name": case["name"], "node": case.get("node", "site-pro6000"), "refused": outcome is not None,
                      "alone_seconds": alone.get(host, {}).get("seconds"), "task": outcome["task"] if outcome else None,
                      "message": outcome["msg"] if outcome else None, "problems": problems})
     changed = {name: "".join(difflib.unified_diff(before[name].splitlines(True), after[name].splitlines(True), "before", "after"))
@@ -218,7 +218,7 @@ def main(argv: t.List[str]) -> int:
     for name, diff in changed.items():
         print("== %s changed during the run:\n%s" % (name, diff))
 
-    rollbacks = [rollback_case(case, args.inventory, nodes["rollout-pro6000"], args.out, number)
+    rollbacks = [rollback_case(case, args.inventory, nodes["site-pro6000"], args.out, number)
                  for number, case in enumerate(matrix.get("rollback", []), start=1)]
     for row in rollbacks:
         print("%-8s %-56s %-5s %s" % ("rollback", row["name"][:56], row["seconds"],
