@@ -48,7 +48,8 @@ def read_poll(stdout: str) -> t.Tuple[bool, t.Dict[str, t.Any]]:
     """(finished, progress) from one poll's output: the job's status file (as async_status reads it: empty or
     unreadable while the job starts, {"started": 1, "finished": 0} while it runs, the result once it ended), the mark,
     then the progress file."""
-    status_text, _mark, progress_text = stdout.partition("\n%s\n" % MARK)
+    # a command run with become gets a terminal (ssh -tt): its lines end in \r\n
+    status_text, _mark, progress_text = stdout.replace("\r\n", "\n").partition("\n%s\n" % MARK)
     try:
         status = json.loads(status_text)
     except ValueError:

@@ -111,6 +111,9 @@ def test_the_last_line_gives_each_module_s_seconds_when_the_job_ended_between_po
 def test_a_poll_reads_the_job_s_state_as_async_status_does(status: str, finished: bool) -> None:
     assert jit_cache_wait.read_poll("%s\n%s\n%s" % (status, jit_cache_wait.MARK, '{"phase": "done"}')) == (finished, {"phase": "done"})
     assert jit_cache_wait.read_poll("%s\n%s\nnot json" % (status, jit_cache_wait.MARK))[1] == {}
+    # through a terminal (become over ssh -tt), as the lab showed
+    text = "%s\r\n%s\r\n%s\r\n" % (status, jit_cache_wait.MARK, '{"phase": "done"}')
+    assert jit_cache_wait.read_poll(text) == (finished, {"phase": "done"})
 
 
 def test_a_failed_warm_up_returns_its_rc_for_the_task_to_fail(monkeypatch: pytest.MonkeyPatch) -> None:
