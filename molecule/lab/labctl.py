@@ -400,15 +400,30 @@ def build_apt_repo() -> str:
     return repo
 
 
-def mirror_pid() -> t.Optional[int]:
+def server_pid(name: str, *marks: bytes) -> t.Optional[int]:
+    """The pid in STATE/<name>.pid, if that process still runs and its command line holds every mark."""
     try:
-        with open(os.path.join(STATE, "mirror.pid")) as handle:
+        with open(os.path.join(STATE, name + ".pid")) as handle:
             pid = int(handle.read().strip())
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
             cmdline = handle.read()
     except (OSError, ValueError):
         return None
-    return pid if b"http.server" in cmdline and MIRROR.encode() in cmdline else None
+    return pid if all(mark in cmdline for mark in marks) else None
+
+
+def stop_server(name: str, pid: t.Optional[int], what: str) -> None:
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        log("%s stopped" % what)
+    try:
+        os.remove(os.path.join(STATE, name + ".pid"))
+    except OSError:
+        pass
+
+
+def mirror_pid() -> t.Optional[int]:
+    return server_pid("mirror", b"http.server", MIRROR.encode())
 
 
 def serve_mirror() -> None:
@@ -432,14 +447,7 @@ def serve_mirror() -> None:
 
 
 def stop_mirror() -> None:
-    pid = mirror_pid()
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        log("lab mirror stopped")
-    try:
-        os.remove(os.path.join(STATE, "mirror.pid"))
-    except OSError:
-        pass
+    stop_server("mirror", mirror_pid(), "lab mirror")
 
 
 @contextlib.contextmanager
@@ -459,14 +467,7 @@ def lab_lock() -> t.Iterator[None]:
 
 
 def store_pid() -> t.Optional[int]:
-    try:
-        with open(os.path.join(STATE, "store.pid")) as handle:
-            pid = int(handle.read().strip())
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            cmdline = handle.read()
-    except (OSError, ValueError):
-        return None
-    return pid if b"store_server.py" in cmdline else None
+    return server_pid("store", b"store_server.py")
 
 
 def serve_store(directory: str) -> None:
@@ -492,14 +493,7 @@ def serve_store(directory: str) -> None:
 
 
 def stop_store() -> None:
-    pid = store_pid()
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        log("lab build store stopped")
-    try:
-        os.remove(os.path.join(STATE, "store.pid"))
-    except OSError:
-        pass
+    stop_server("store", store_pid(), "lab build store")
 
 
 # --- measurements -----------------------------------------------------------------------------------------
