@@ -14,18 +14,11 @@ import typing as t
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.inferops.blackwell.plugins.module_utils.jit_cache_wait import ARGUMENT_SPEC
 
 display = Display()
 # between the job's status file and the progress file in one poll's output
 MARK = "@@inferops-jit-cache-wait@@"
-
-ARGUMENT_SPEC = {
-    "jid": {"type": "str", "required": True},
-    "progress": {"type": "str", "required": True},
-    "timeout": {"type": "int", "default": 3600},
-    "poll": {"type": "int", "default": 15},
-    "quiet_seconds": {"type": "int", "default": 60},
-}
 
 
 def describe(progress: t.Mapping[str, t.Any], now: float) -> str:

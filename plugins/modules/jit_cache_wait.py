@@ -83,17 +83,12 @@ finished:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inferops.blackwell.plugins.module_utils.jit_cache_wait import ARGUMENT_SPEC
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "jid": {"type": "str", "required": True},
-            "progress": {"type": "str", "required": True},
-            "timeout": {"type": "int", "default": 3600},
-            "poll": {"type": "int", "default": 15},
-            "quiet_seconds": {"type": "int", "default": 60},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=False,
     )
     module.fail_json(msg="inferops.blackwell.jit_cache_wait runs as an action plugin on the controller")
