@@ -8,13 +8,17 @@ spare site-mixed) and carries the case's variables, so one run checks them all i
 (site_serial=100%, site_max_fail_percentage=100: each host fails on its own). For every case:
   - the run failed for that host,
   - the failure message matches every `expect` pattern (the variable and the fix),
-  - it failed within --max-seconds of the play's start;
+  - it failed in an input check (a tasks/validate.yml), and a case marked `alone`, run by itself, within --max-seconds;
 and for every node: a snapshot (files under /etc/inferops, the units, profile.d, the toolkits and where
 /usr/local/cuda leads, the venv's packages, the caches, the services' state and main PIDs) is identical
 before and after the run. A listener on port 31000 is started first, for the "port taken" case.
 
-Usage (molecule's side_effect runs it): matrix.py --inventory MOLECULE_INVENTORY --out DIR
-Exit 0 when every case holds; prints a table either way and writes DIR/bad-input.json.
+Usage (molecule's side_effect runs it): matrix.py --inventory MOLECULE_INVENTORY --out DIR [--part refusals|rollbacks]
+The refusals only read the nodes (molecule runs them beside the remediation of another node); the cases marked
+`alone` (timed) and the rollbacks (site-pro6000's service goes down and back up) are a part of their own, run with
+nothing beside them.
+Exit 0 when every case holds; prints a table either way and writes DIR/bad-input-refusals.json and
+DIR/bad-input-rollbacks.json.
 """
 
 from __future__ import annotations
@@ -155,21 +159,11 @@ def check_refusal(case: t.Mapping[str, t.Any], outcome: t.Optional[t.Mapping[str
     return problems
 
 
-def main(argv: t.List[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inventory", required=True, help="molecule's inventory file (the lab nodes' connection settings)")
-    parser.add_argument("--out", required=True, help="where the case inventory, the run's report and the result go")
-    parser.add_argument("--cases", default=os.path.join(HERE, "cases.yml"))
-    parser.add_argument("--max-seconds", type=float, default=30.0, help="a case run alone must be refused this soon")
-    args = parser.parse_args(argv)
-    with open(args.cases) as handle:
-        matrix = yaml.safe_load(handle)
-    cases = matrix["cases"]
-    nodes = load_inventory(args.inventory)
+def refusals(args: argparse.Namespace, cases: t.List[t.Dict[str, t.Any]], nodes: t.Dict[str, t.Dict[str, t.Any]]) -> int:
+    """Every case in one site.yml run; the nodes' snapshots before and after must be identical."""
     targets = sorted({case.get("node", "site-pro6000") for case in cases})
     inventory = write_inventory(cases, nodes, args.out)
     report = os.path.join(args.out, "bad-input-failures.json")
-
     squatter = nodes["site-pro6000"]
     ssh(squatter, "systemd-run --unit lab-port-squatter --quiet python3 -m http.server %d --bind 127.0.0.1" % SQUATTER_PORT)
     try:
@@ -182,14 +176,6 @@ def main(argv: t.List[str]) -> int:
             return 1
         with open(report) as handle:
             failed = json.load(handle)
-        # The batch shares 2 cores among all cases; a few run alone show what one refusal costs an operator.
-        alone = {}
-        for number, case in enumerate(cases, start=1):
-            if case.get("alone"):
-                host = "case-%02d" % number
-                rc, _output, seconds = run_site(inventory, ["--limit", host], os.path.join(args.out, "alone-%s.log" % host),
-                                                os.path.join(args.out, "alone-%s.json" % host))
-                alone[host] = {"seconds": seconds, "rc": rc}
         after = {name: ssh(nodes[name], SNAPSHOT) for name in targets}
     finally:
         ssh(squatter, "systemctl stop lab-port-squatter.service || true")
@@ -199,24 +185,52 @@ def main(argv: t.List[str]) -> int:
         host = "case-%02d" % number
         outcome = failed.get(host)
         problems = check_refusal(case, outcome)
-        if host in alone and (alone[host]["rc"] == 0 or alone[host]["seconds"] > args.max_seconds):
-            problems.append("run alone: rc %d after %.1f s" % (alone[host]["rc"], alone[host]["seconds"]))
         bad += bool(problems)
         rows.append({"case": host, "name": case["name"], "node": case.get("node", "site-pro6000"), "refused": outcome is not None,
-                     "alone_seconds": alone.get(host, {}).get("seconds"), "task": outcome["task"] if outcome else None,
-                     "message": outcome["msg"] if outcome else None, "problems": problems})
+                     "task": outcome["task"] if outcome else None, "message": outcome["msg"] if outcome else None, "problems": problems})
     changed = {name: "".join(difflib.unified_diff(before[name].splitlines(True), after[name].splitlines(True), "before", "after"))
                for name in targets if before[name] != after[name]}
 
-    print("%-8s %-56s %-5s %s" % ("CASE", "INPUT", "ALONE", "RESULT"))
+    print("%-8s %-56s %s" % ("CASE", "INPUT", "RESULT"))
     for row in rows:
-        print("%-8s %-56s %-5s %s" % (row["case"], row["name"][:56], row["alone_seconds"] or "",
-                                      "; ".join(row["problems"]) or "refused by its input check, message names the variable and the fix"))
-    print("%d case(s) in one ansible-playbook run of %.1f s: %d refused as expected, %d not; %d run alone, slowest %.1f s; "
-          "nodes %s: %s" % (len(cases), wall, len(cases) - bad, bad, len(alone), max([a["seconds"] for a in alone.values()] or [0]),
-                            ", ".join(targets), "CHANGED" if changed else "unchanged (files, toolkits, venv, caches, services)"))
+        print("%-8s %-56s %s" % (row["case"], row["name"][:56],
+                                 "; ".join(row["problems"]) or "refused by its input check, message names the variable and the fix"))
+    print("%d case(s) in one ansible-playbook run of %.1f s: %d refused as expected, %d not; nodes %s: %s" % (
+        len(cases), wall, len(cases) - bad, bad, ", ".join(targets), "CHANGED" if changed else "unchanged (files, toolkits, venv, caches, services)"))
     for name, diff in changed.items():
         print("== %s changed during the run:\n%s" % (name, diff))
+    with open(os.path.join(args.out, "bad-input-refusals.json"), "w") as handle:
+        json.dump({"cases": rows, "batch_seconds": wall, "nodes_changed": changed}, handle, indent=2)
+    return 1 if bad or changed else 0
+
+
+def alone_and_rollbacks(args: argparse.Namespace, matrix: t.Mapping[str, t.Any], nodes: t.Dict[str, t.Dict[str, t.Any]]) -> int:
+    """The cases marked alone, each in a run of its own (timed: what one refusal costs an operator), then each change
+    that breaks the service, each in a run of its own that must roll the node back."""
+    cases = matrix["cases"]
+    inventory = write_inventory(cases, nodes, args.out)
+    rows, bad = [], 0
+    for number, case in enumerate(cases, start=1):
+        if not case.get("alone"):
+            continue
+        host = "case-%02d" % number
+        node = nodes[case.get("node", "site-pro6000")]
+        before = ssh(node, SNAPSHOT)
+        report = os.path.join(args.out, "alone-%s.json" % host)
+        rc, _output, seconds = run_site(inventory, ["--limit", host], os.path.join(args.out, "alone-%s.log" % host), report)
+        after = ssh(node, SNAPSHOT)
+        failed: t.Dict[str, t.Any] = {}
+        if os.path.exists(report):
+            with open(report) as handle:
+                failed = json.load(handle)
+        problems = check_refusal(case, failed.get(host))
+        if rc == 0 or seconds > args.max_seconds:
+            problems.append("run alone: rc %d after %.1f s (at most %.0f s)" % (rc, seconds, args.max_seconds))
+        if before != after:
+            problems.append("the node changed during the run")
+        bad += bool(problems)
+        rows.append({"case": host, "name": case["name"], "seconds": seconds, "problems": problems})
+        print("%-8s %-56s %5.1f s %s" % (host, case["name"][:56], seconds, "; ".join(problems) or "refused alone, node unchanged"))
 
     rollbacks = [rollback_case(case, args.inventory, nodes["site-pro6000"], args.out, number)
                  for number, case in enumerate(matrix.get("rollback", []), start=1)]
@@ -224,11 +238,32 @@ def main(argv: t.List[str]) -> int:
         print("%-8s %-56s %-5s %s" % ("rollback", row["name"][:56], row["seconds"],
                                       "; ".join(row["problems"]) or "failed, rolled back: files as before, sglang-ar healthy"))
     rolled_bad = sum(bool(row["problems"]) for row in rollbacks)
-    print("%d change(s) that break the service: %d rolled back with the node healthy, %d not"
-          % (len(rollbacks), len(rollbacks) - rolled_bad, rolled_bad))
-    with open(os.path.join(args.out, "bad-input.json"), "w") as handle:
-        json.dump({"cases": rows, "batch_seconds": wall, "nodes_changed": changed, "rollbacks": rollbacks}, handle, indent=2)
-    return 1 if bad or changed or rolled_bad else 0
+    print("%d case(s) run alone, %d as expected; %d change(s) that break the service: %d rolled back with the node healthy, %d not"
+          % (len(rows), len(rows) - bad, len(rollbacks), len(rollbacks) - rolled_bad, rolled_bad))
+    with open(os.path.join(args.out, "bad-input-rollbacks.json"), "w") as handle:
+        json.dump({"alone": rows, "rollbacks": rollbacks}, handle, indent=2)
+    return 1 if bad or rolled_bad else 0
+
+
+def main(argv: t.List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inventory", required=True, help="molecule's inventory file (the lab nodes' connection settings)")
+    parser.add_argument("--out", required=True, help="where the case inventory, the run's report and the result go")
+    parser.add_argument("--cases", default=os.path.join(HERE, "cases.yml"))
+    parser.add_argument("--part", choices=["all", "refusals", "rollbacks"], default="all",
+                        help="refusals: every case in one run (the nodes only read); rollbacks: the cases marked alone, then "
+                             "the changes that break the service (site-pro6000's service goes down and back up)")
+    parser.add_argument("--max-seconds", type=float, default=30.0, help="a case run alone must be refused this soon")
+    args = parser.parse_args(argv)
+    with open(args.cases) as handle:
+        matrix = yaml.safe_load(handle)
+    nodes = load_inventory(args.inventory)
+    rc = 0
+    if args.part in ("all", "refusals"):
+        rc |= refusals(args, matrix["cases"], nodes)
+    if args.part in ("all", "rollbacks"):
+        rc |= alone_and_rollbacks(args, matrix, nodes)
+    return rc
 
 
 if __name__ == "__main__":
