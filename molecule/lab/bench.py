@@ -281,8 +281,8 @@ def report(results: t.Dict[str, t.Any], count: int) -> None:
     print("\nmake bench: %d x %s + 1 x %s (SIMULATED GPUs), on %s (%d CPUs, %s, %.0f GiB), commit %s, %s" % (
         count, results["nodes"][0]["profile"], results["nodes"][-1]["profile"], m["host"], m["cpus"], m["cpu_model"],
         m["memory_gib"], m["commit"], m["date"]))
-    print("%-20s %5s %8s %7s %5s %7s %9s %9s %9s" % ("step", "nodes", "seconds", "s/node", "nvcc", "changed", "ctl cpu s", "node cpu s",
-                                                      "cpu bound"))
+    header = ("step", "nodes", "seconds", "s/node", "nvcc", "changed", "ctl cpu s", "node cpu s", "cpu bound")
+    print("%-20s %5s %8s %7s %5s %7s %9s %9s %9s" % header)
     for step in STEPS:
         entry = results[step]
         row = (step, entry["nodes"], entry["seconds"], entry["seconds_per_node"], entry["nvcc_calls"], entry["changed"],
