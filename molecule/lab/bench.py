@@ -129,7 +129,7 @@ def node_cpu(nodes: t.List[Node]) -> t.Dict[str, float]:
     used = {}
     for node in nodes:
         try:
-            with open("/sys/fs/cgroup/unified/%s%s/cpu.stat" % (labctl.PREFIX, node.name)) as handle:
+            with open(os.path.join(labctl.Node(node.name).cgroup, "cpu.stat")) as handle:
                 used[node.name] = int(handle.readline().split()[1]) / 1e6
         except (OSError, IndexError, ValueError):
             used[node.name] = 0.0

@@ -522,7 +522,9 @@ class Node:
         self.merged = os.path.join(self.dir, "merged")
         self.pidfile = os.path.join(self.dir, "nspawn.pid")
         self.logfile = os.path.join(self.dir, "nspawn.log")
-        self.cgroups = ["/sys/fs/cgroup/systemd/" + PREFIX + name, "/sys/fs/cgroup/unified/" + PREFIX + name]
+        # the unified (cgroup v2) one counts the node's CPU (cpu.stat), for make bench
+        self.cgroup = "/sys/fs/cgroup/unified/" + PREFIX + name
+        self.cgroups = ["/sys/fs/cgroup/systemd/" + PREFIX + name, self.cgroup]
 
     def config(self) -> t.Dict[str, t.Any]:
         with open(os.path.join(self.dir, "node.json")) as handle:
