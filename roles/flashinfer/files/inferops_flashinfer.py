@@ -72,8 +72,36 @@ logging.getLogger().addHandler(handler)
 out = {"warnings": [], "modules": [], "cleaned": [], "derived": None}
 LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 
-def make_spec(recipe):
-    # One JIT module by FlashInfer's own spec function: a recipe (what the derivation or an operator names) -> spec.
+def getter_specs(getter, *args):
+    # The JIT modules one of FlashInfer's own getters (the functions SGLang calls) builds and loads, recorded instead of
+    # built: the names a service will ask for, whatever this FlashInfer release's getter does (0.7.x's fa2 prefill getter
+    # builds an equal-stride variant with its own name, which the public gen_* spec function does not name).
+    from flashinfer.jit import core
+    recorded = []
+
+    class Anything:
+        def __getattr__(self, name):
+            return Anything()
+
+        def __call__(self, *args, **kwargs):
+            return Anything()
+
+    def record(spec):
+        recorded.append(spec)
+        return Anything()
+
+    original = core.JitSpec.build_and_load
+    core.JitSpec.build_and_load = record
+    try:
+        getattr(getter, "__wrapped__", getter)(*args)
+    finally:
+        core.JitSpec.build_and_load = original
+    if not recorded:
+        raise ValueError("FlashInfer's %s built no JIT module here" % getter.__name__)
+    return recorded
+
+def make_specs(recipe):
+    # The JIT modules of one recipe (what the derivation or an operator names), through FlashInfer's own getters.
     import torch
     if isinstance(recipe, str):
         if recipe in ("sampling", "cascade", "norm"):
@@ -88,24 +116,25 @@ def make_spec(recipe):
                                  "<batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>)" % recipe) from None
     kind = recipe["kind"]
     if kind == "sampling":
-        from flashinfer.jit.sampling import gen_sampling_module
-        return gen_sampling_module()
+        from flashinfer.sampling import get_sampling_module
+        return getter_specs(get_sampling_module)
     if kind == "cascade":
-        from flashinfer.jit.cascade import gen_cascade_module
-        return gen_cascade_module()
+        from flashinfer.cascade import get_cascade_module
+        return getter_specs(get_cascade_module)
     if kind == "norm":
-        from flashinfer.jit.norm import gen_norm_module
-        return gen_norm_module()
+        from flashinfer.norm import get_norm_module
+        return getter_specs(get_norm_module)
     q, kv, o = (getattr(torch, recipe[key]) for key in ("q", "kv", "o"))
     window, cap = bool(recipe.get("sliding_window")), bool(recipe.get("logits_soft_cap"))
     # SGLang's FlashInfer backend: paged KV cache, int32 indices, no positional encoding in the kernel (NONE = 0).
     if kind == "batch_decode":
-        from flashinfer.jit.attention import gen_batch_decode_module
-        return gen_batch_decode_module(q, kv, o, torch.int32, recipe["head_dim_qk"], recipe["head_dim_vo"], 0, window, cap)
+        from flashinfer.decode import get_batch_decode_module
+        return getter_specs(get_batch_decode_module, q, kv, o, torch.int32, recipe["head_dim_qk"], recipe["head_dim_vo"], 0,
+                            window, cap)
     if kind == "batch_prefill":
-        from flashinfer.jit.attention import gen_batch_prefill_module
-        return gen_batch_prefill_module(recipe.get("backend", "fa2"), q, kv, o, torch.int32, recipe["head_dim_qk"],
-                                        recipe["head_dim_vo"], 0, window, cap, False)
+        from flashinfer.prefill import get_batch_prefill_module
+        return getter_specs(get_batch_prefill_module, recipe.get("backend", "fa2"), q, kv, o, torch.int32,
+                            recipe["head_dim_qk"], recipe["head_dim_vo"], 0, window, cap, False)
     raise ValueError("unknown module kind %r" % kind)
 
 def digest(path):
@@ -234,11 +263,9 @@ def derive(paths, versions):
             entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
         entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
         for recipe in recipes:
-            spec = make_spec(recipe)
-            recipe["uri"] = spec.name
-            if spec.name not in entry["modules"]:
-                entry["modules"].append(spec.name)
-            if spec.name not in [known["uri"] for known in derived["recipes"]]:
+            recipe["uris"] = [spec.name for spec in make_specs(recipe)]
+            entry["modules"].extend(name for name in recipe["uris"] if name not in entry["modules"])
+            if recipe["uris"] not in [known["uris"] for known in derived["recipes"]]:
                 derived["recipes"].append(recipe)
         derived["configs"][path] = entry
     derived["inputs"] = derivation_inputs(paths, [model["path"] for entry in derived["configs"].values()
@@ -397,14 +424,14 @@ try:
     recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
     seen, planned = set(), []
     for recipe in recipes:
-        spec = make_spec(recipe)
-        if spec.name in seen:
-            continue
-        seen.add(spec.name)
-        name = recipe if isinstance(recipe, str) else recipe["kind"]
-        entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
-                 "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
-        planned.append((spec, entry, up_to_date(spec)))
+        for spec in make_specs(recipe):
+            if spec.name in seen:
+                continue
+            seen.add(spec.name)
+            name = recipe if isinstance(recipe, str) else recipe["kind"]
+            entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
+                     "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
+            planned.append((spec, entry, up_to_date(spec)))
     to_build = [entry["name"] for spec, entry, (usable, why) in planned if not usable]
     for spec, entry, (usable, why) in planned:
         if action == "warm" and not usable:
