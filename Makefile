@@ -106,7 +106,7 @@ lab-images: debs venv
 # serializes changes to the shared bridge and mirror; the lab's compile cache makes a second caller of the same compile
 # wait for the first). Their output goes to .build/molecule/<scenario>.log and is printed at the end.
 MOLECULE_MAIN := default
-MOLECULE_BESIDE := incident toolkit_apt flashinfer_strategies
+MOLECULE_BESIDE := incident toolkit_apt flashinfer_strategies current_stack
 MOLECULE_LOGS := $(BUILD)/molecule
 molecule: debs venv link
 	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)

@@ -16,7 +16,9 @@ namespace, reached over SSH like a production node. Layers:
             release), the SIMULATED nvidia-smi, torch reporting the profile's GPUs inside
             that venv only, import stand-ins for SGLang's GPU-only binaries, and the
             SIMULATED SGLang server entry point (SGLang's own code decides; model simulated)
-  node      one overlay per node over those two; only what the node changes is written
+  current   the same with the current stack in the venv (SGLang 0.5.23, FlashInfer 0.7.2: a fleet
+            installed today), built when a node asks for it (`up --stack current`)
+  node      one overlay per node over base and one of those; only what the node changes is written
 
 Usage: python3 molecule/lab/labctl.py {build,up,down,fleet-up,fleet-down,status,exec} ...
 Everything is root-only and stays under .build/lab, network namespaces named
@@ -64,6 +66,11 @@ CUDA_128 = "/usr/local/cuda-12.8"
 # NVIDIA's real 12.8 pieces on PyPI: ptxas, nvvm and crt headers; the runtime; CCCL headers.
 CUDA_128_WHEELS = ["nvidia-cuda-nvcc-cu12==12.8.93", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-cccl-cu12==12.8.90"]
 VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
+# The SGLang venvs a node can boot with: the incident's releases, and the ones a fleet installed today runs.
+STACKS = {
+    "incident": (VENV_REQUIREMENTS, "SGLang 0.5.21, FlashInfer 0.6.18"),
+    "current": (os.path.join(HERE, "sglang-venv-requirements-current.txt"), "SGLang 0.5.23, FlashInfer 0.7.2"),
+}
 # Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
 IMAGE_STEPS_VERSION = "5"
 
@@ -172,8 +179,8 @@ def build_base() -> str:
 
 # --- layer 2: the incident state --------------------------------------------------------------------------
 
-def venv_requirements() -> t.List[str]:
-    with open(VENV_REQUIREMENTS) as handle:
+def venv_requirements(stack: str = "incident") -> t.List[str]:
+    with open(STACKS[stack][0]) as handle:
         return [line.split("#")[0].strip() for line in handle if line.split("#")[0].strip()]
 
 
@@ -181,14 +188,15 @@ def fetch_wheels() -> str:
     """One wheelhouse on the host, read by every image build (nothing is downloaded per node)."""
     wheels = os.path.join(STATE, "wheels")
     stamp = os.path.join(STATE, "wheels.recipe")
-    wanted = venv_requirements() + CUDA_128_WHEELS
-    recipe = recipe_hash([VENV_REQUIREMENTS], CUDA_128_WHEELS)
+    recipe = recipe_hash([path for path, _what in STACKS.values()], CUDA_128_WHEELS)
     if os.path.isdir(wheels) and stamp_matches(stamp, recipe):
         return wheels
     os.makedirs(wheels, exist_ok=True)
     log("downloading wheels for the SGLang venv and the 12.8 toolkit pieces (once, into %s)" % wheels)
-    run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-         "--only-binary=:all:", "--dest", wheels] + wanted)
+    # one pip call per set: pip refuses two releases of one package in a call, even with --no-deps
+    for wanted in [venv_requirements(stack) for stack in sorted(STACKS)] + [CUDA_128_WHEELS]:
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--only-binary=:all:", "--dest", wheels] + wanted)
     write_stamp(stamp, recipe)
     return wheels
 
@@ -210,18 +218,18 @@ def chroot(merged: str, command: t.List[str]) -> None:
     run(["chroot", merged] + command, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"})
 
 
-def build_incident(base: str, wheels: str) -> str:
-    layer = os.path.join(STATE, "incident")
-    stamp = os.path.join(STATE, "incident.recipe")
+def build_incident(base: str, wheels: str, stack: str = "incident") -> str:
+    layer = os.path.join(STATE, stack)
+    stamp = os.path.join(STATE, stack + ".recipe")
     inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "gpu_only", "sglang_standin", "models",
                                                     "LAB-NODE.txt")]
     inputs.append(os.path.join(ROOT, "plugins", "module_utils", "toolkit.py"))
-    recipe = recipe_hash(inputs + [VENV_REQUIREMENTS],
+    recipe = recipe_hash(inputs + [STACKS[stack][0]],
                          [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
     if os.path.isdir(layer) and stamp_matches(stamp, recipe):
         return layer
     started = time.monotonic()
-    log("building the incident-state image (system CUDA 12.8, SGLang venv with FlashInfer 0.6.x)")
+    log("building the %s-stack image (system CUDA 12.8, SGLang venv with %s)" % (stack, STACKS[stack][1]))
     staging = layer + ".staging"
     unmount_all(staging)
     shutil.rmtree(staging, ignore_errors=True)
@@ -240,7 +248,7 @@ def build_incident(base: str, wheels: str) -> str:
 
         chroot(merged, ["python3", "-m", "venv", SGLANG_VENV])
         chroot(merged, [SGLANG_VENV + "/bin/pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                        "--no-deps", "--find-links", "/mnt/wheels"] + venv_requirements())
+                        "--no-deps", "--find-links", "/mnt/wheels"] + venv_requirements(stack))
         site = output(["chroot", merged, SGLANG_VENV + "/bin/python", "-c",
                        "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
         # The real SGLang is installed; only its server entry point is the lab's (the model and serving simulated).
@@ -272,17 +280,31 @@ def build_incident(base: str, wheels: str) -> str:
     os.rename(upper, layer)
     shutil.rmtree(staging, ignore_errors=True)
     write_stamp(stamp, recipe)
-    record_measure("incident_image_build_s", time.monotonic() - started)
+    record_measure("%s_image_build_s" % stack, time.monotonic() - started)
     return layer
 
 
-def build() -> t.Tuple[str, str]:
+def build(stack: str = "incident") -> t.Tuple[str, str]:
     require_root()
     os.makedirs(STATE, exist_ok=True)
     base = build_base()
-    incident = build_incident(base, fetch_wheels())
+    image = build_incident(base, fetch_wheels(), stack)
     ssh_key()
-    return base, incident
+    return base, image
+
+
+@contextlib.contextmanager
+def build_lock(stack: str) -> t.Iterator[None]:
+    """One build of a stack's image at a time, apart from lab_lock: a scenario that boots a node of another stack builds
+    its image without holding up the other scenarios' labctl calls (make test builds the base layer and the wheelhouse
+    before any scenario starts)."""
+    os.makedirs(STATE, exist_ok=True)
+    with open(os.path.join(STATE, "build-%s.lock" % stack), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ssh_key() -> str:
@@ -685,13 +707,13 @@ def wait_running(node: Node, address: str, timeout: float = 90.0) -> None:
     raise SystemExit("labctl: %s: no SSH on %s:22 after %d s" % (node.name, address, timeout))
 
 
-def up(name: str, profile: str, address: str) -> None:
+def up(name: str, profile: str, address: str, stack: str = "incident") -> None:
     require_root()
     if not os.path.exists(os.path.join(PROFILES, profile + ".json")):
         raise SystemExit("labctl: unknown GPU profile %r; profiles: %s" % (profile, ", ".join(list_profiles())))
     if ipaddress.ip_address(address) not in NETWORK or address == GATEWAY:
         raise SystemExit("labctl: address %s: pick one in %s other than %s" % (address, NETWORK, GATEWAY))
-    base, incident = build()
+    base, image = build(stack)
     node = Node(name)
     if node.nspawn_pid() is not None:
         log("%s is already running" % name)
@@ -699,16 +721,16 @@ def up(name: str, profile: str, address: str) -> None:
     started = time.monotonic()
     os.makedirs(node.dir, exist_ok=True)
     with open(os.path.join(node.dir, "node.json"), "w") as handle:
-        json.dump({"name": name, "profile": profile, "address": address}, handle)
+        json.dump({"name": name, "profile": profile, "address": address, "stack": stack}, handle)
     if not mounts_under(node.merged):
-        mount_overlay([incident, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
+        mount_overlay([image, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
     write_node_files(node, profile, address)
     setup_network(node, address)
     serve_mirror()
     boot(node)
     wait_running(node, address)
     record_measure("node_boot_s", time.monotonic() - started)
-    log("%s is up: GPU profile %s (SIMULATED), ssh root@%s -i %s" % (name, profile, address, ssh_key()))
+    log("%s is up: GPU profile %s (SIMULATED), %s, ssh root@%s -i %s" % (name, profile, STACKS[stack][1], address, ssh_key()))
 
 
 def down(name: str) -> None:
@@ -816,7 +838,7 @@ def announce() -> None:
 
 def disk_report() -> None:
     sizes = {}
-    for layer in ("base", "incident", "wheels"):
+    for layer in ["base"] + sorted(STACKS) + ["wheels"]:
         path = os.path.join(STATE, layer)
         if os.path.isdir(path):
             sizes[layer] = output(["du", "-sh", path]).split()[0]
@@ -840,11 +862,14 @@ def status() -> None:
 def main(argv: t.List[str]) -> int:
     parser = argparse.ArgumentParser(prog="labctl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or reuse) the cached base and incident layers")
+    build_parser = sub.add_parser("build", help="build (or reuse) the cached base layer and a stack's layer")
+    build_parser.add_argument("--stack", choices=sorted(STACKS), default="incident")
     node_up = sub.add_parser("up", help="boot one node")
     node_up.add_argument("name")
     node_up.add_argument("--profile", required=True, help="GPU profile: " + ", ".join(list_profiles()))
     node_up.add_argument("--address", required=True, help="address in %s" % NETWORK)
+    node_up.add_argument("--stack", choices=sorted(STACKS), default="incident",
+                         help="the SGLang venv: " + "; ".join("%s: %s" % (key, what) for key, (_path, what) in STACKS.items()))
     node_down = sub.add_parser("down", help="stop one node and remove what it made")
     node_down.add_argument("name")
     fleet = sub.add_parser("fleet-up", help="boot every inventory host that has lab_gpu_profile")
@@ -862,16 +887,20 @@ def main(argv: t.List[str]) -> int:
     args = parser.parse_args(argv)
     if args.command in ("status", "exec"):
         return run_command(args)
+    if args.command in ("build", "up"):
+        # the image first, outside lab_lock (minutes when it is built)
+        with build_lock(args.stack):
+            build(args.stack)
     with lab_lock():
         return run_command(args)
 
 
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "build":
-        build()
+        build(args.stack)
         disk_report()
     elif args.command == "up":
-        up(args.name, args.profile, args.address)
+        up(args.name, args.profile, args.address, args.stack)
     elif args.command == "down":
         down(args.name)
     elif args.command == "fleet-up":

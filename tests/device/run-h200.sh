@@ -20,8 +20,16 @@ case "${PHASE:-all}" in
 esac
 # shellcheck source=tests/device/common.sh
 . tests/device/common.sh
-# FlashInfer into the host's torch venv, as an operator's SGLang install would have it.
-/opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl || exit 1
+# FlashInfer into the host's torch venv, as an operator's SGLang install would have it: its wheel, or (FlashInfer 0.7.2's
+# 62 MB wheel does not fit the device tool's 64 MiB with the rest) the wheel's files xz-compressed, unpacked where pip
+# would put them (a py3-none-any wheel: dist-info included).
+if ls .whl/flashinfer_python-*.tar.xz >/dev/null 2>&1; then
+  site=$(/opt/torch/.venv/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") || exit 1
+  tar -C "$site" -xJf .whl/flashinfer_python-*.tar.xz || exit 1
+  /opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps .whl/apache_tvm_ffi-*.whl || exit 1
+else
+  /opt/torch/.venv/bin/python3 -m pip install -q --no-index --no-deps .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl || exit 1
+fi
 capture_host
 play() {
   name="$1"; shift
