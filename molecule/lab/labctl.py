@@ -28,6 +28,7 @@ inferops-lab-*, the bridge iflab0 and cgroups named inferops-lab-*.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -291,6 +292,19 @@ def build(stack: str = "incident") -> t.Tuple[str, str]:
     image = build_incident(base, fetch_wheels(), stack)
     ssh_key()
     return base, image
+
+
+def build_stacks(stacks: t.List[str]) -> None:
+    """The base layer and the wheelhouse once, then the stacks' layers side by side (each one pip install, mostly one
+    core and the disk)."""
+    require_root()
+    os.makedirs(STATE, exist_ok=True)
+    base = build_base()
+    wheels = fetch_wheels()
+    ssh_key()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(stacks)) as pool:
+        for done in [pool.submit(build_incident, base, wheels, stack) for stack in stacks]:
+            done.result()
 
 
 @contextlib.contextmanager
@@ -863,7 +877,8 @@ def main(argv: t.List[str]) -> int:
     parser = argparse.ArgumentParser(prog="labctl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     build_parser = sub.add_parser("build", help="build (or reuse) the cached base layer and a stack's layer")
-    build_parser.add_argument("--stack", choices=sorted(STACKS), default="incident")
+    build_parser.add_argument("--stack", choices=sorted(STACKS), action="append",
+                              help="a stack's layer to build (repeat for several, built side by side); default: incident")
     node_up = sub.add_parser("up", help="boot one node")
     node_up.add_argument("name")
     node_up.add_argument("--profile", required=True, help="GPU profile: " + ", ".join(list_profiles()))
@@ -887,7 +902,7 @@ def main(argv: t.List[str]) -> int:
     args = parser.parse_args(argv)
     if args.command in ("status", "exec"):
         return run_command(args)
-    if args.command in ("build", "up"):
+    if args.command == "up":
         # the image first, outside lab_lock (minutes when it is built)
         with build_lock(args.stack):
             build(args.stack)
@@ -897,7 +912,11 @@ def main(argv: t.List[str]) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "build":
-        build(args.stack)
+        stacks = sorted(set(args.stack or ["incident"]))
+        with contextlib.ExitStack() as locks:
+            for stack in stacks:
+                locks.enter_context(build_lock(stack))
+            build_stacks(stacks)
         disk_report()
     elif args.command == "up":
         up(args.name, args.profile, args.address, args.stack)

@@ -135,7 +135,9 @@ def main() -> None:
     known = KNOWN.get(version)
     if known is None:
         module.fail_json(msg="FlashInfer %s is not a release this patch knows (%s): refusing to guess. Use "
-                         "flashinfer_strategy=pin (the pinned CUDA 13.0 environment) or upgrade to 0.7.1 or later."
+                         "flashinfer_strategy=pin (the pinned CUDA 13.0 environment: the fix for every release, and the "
+                         "only one for SM 12.1, which FlashInfer 0.7.x still refuses with nvcc < 12.9); 0.7.1 and later "
+                         "build 12.0a for SM 12.0 on nvcc 12.8 without a patch."
                          % (version, ", ".join(sorted(KNOWN))), version=version, path=path)
     original: t.Optional[bytes] = None
     if sha256(current) == known:

@@ -17,7 +17,9 @@ import pytest
 
 # site-mixed (the bad-input matrix's spare node) is never provisioned.
 testinfra_hosts = ["ansible://site-pro6000", "ansible://site-b300"]
-CACHE = "/var/lib/sglang/.cache/flashinfer/0.6.18"
+# The PRO 6000 node runs the incident's stack, the B300 node the current one (molecule.yml).
+FLASHINFER = {"site-pro6000": "0.6.18", "site-b300": "0.7.2"}
+SGLANG = {"site-pro6000": "0.5.21", "site-b300": "0.5.23"}
 ARCH = {"site-pro6000": "120f", "site-b300": "103a"}
 DECODE = ("batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128"
           "_posenc_0_use_swa_False_use_logits_cap_False")
@@ -85,7 +87,7 @@ def test_the_service_user_is_not_root_and_its_home_is_the_cache(host: t.Any) -> 
 
 
 def test_the_cache_holds_the_modules_the_services_use(host: t.Any) -> None:
-    ops = "%s/%s/cached_ops" % (CACHE, ARCH[name_of(host)])
+    ops = "/var/lib/sglang/.cache/flashinfer/%s/%s/cached_ops" % (FLASHINFER[name_of(host)], ARCH[name_of(host)])
     sampling = host.file(ops + "/sampling/sampling.so")
     assert sampling.exists and sampling.user == "sglang"
     built = [host.file("%s/%s/%s.so" % (ops, module, module)).exists for module in (PREFILL, "cascade", DECODE)]
@@ -104,6 +106,8 @@ def test_the_cache_holds_the_modules_the_services_use(host: t.Any) -> None:
 def test_the_warm_set_was_decided_by_sglang_and_flashinfer(host: t.Any) -> None:
     probe = json.loads(host.check_output("runuser -u sglang -- /usr/local/sbin/inferops-flashinfer probe"))
     configs = probe["derived"]["configs"]
+    # each node's stack: the incident's on the PRO 6000 node, the current one on the B300 node
+    assert (probe["flashinfer_version"], probe["sglang_version"]) == (FLASHINFER[name_of(host)], SGLANG[name_of(host)])
     assert sorted(configs) == ["/etc/inferops/sglang/sglang-ar.yaml", "/etc/inferops/sglang/sglang-spec.yaml"]
     for path, entry in configs.items():
         assert entry["attention_backends"] == (["flashinfer"] if name_of(host) == "site-pro6000" else ["trtllm_mha"]), path

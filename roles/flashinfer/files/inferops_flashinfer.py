@@ -866,7 +866,22 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     print("inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s" % (
         view.get("flashinfer_version"), " ".join(view["archs"]), view.get("cuda_version"), view.get("cuda_home"),
         len(view.get("modules", [])), view.get("workspace")))
+    for note in not_warmed(view):
+        print("inferops-flashinfer check: not warmed: " + note)
     return 0
+
+
+def not_warmed(view: t.Dict[str, t.Any]) -> t.List[str]:
+    """What the recorded derivation says the services will build or fetch at run time (SGLang's own JIT kernels,
+    trtllm's kernels on SM 10.x, ...): reported by the preflight, not a failure."""
+    configs = ((view.get("derived") or {}).get("configs") or {}).items()
+    notes: t.List[str] = []
+    for path, entry in sorted(configs):
+        for note in entry.get("not_warmed") or []:
+            line = "%s: %s" % (os.path.basename(path), note)
+            if line not in notes:
+                notes.append(line)
+    return notes
 
 
 if __name__ == "__main__":

@@ -156,3 +156,23 @@ def test_a_missing_sglang_jit_cache_under_a_writable_home_is_fine(node: t.Dict[s
     with open(node["env_file"], "a") as handle:
         handle.write("SGLANG_JIT_CACHE_DIR='%s'\n" % (tmp_path / "home" / ".cache" / "sglang" / "jit"))
     assert tool.check(node, dict(GOOD, derived=derived_for(node))) == []
+
+
+def test_the_preflight_reports_what_is_not_warmed(node: t.Dict[str, t.Any], capsys: t.Any, monkeypatch: t.Any) -> None:
+    """A passing check still says, per configuration, what the services will build or fetch at run time."""
+    derived = {"configs": {
+        "/etc/inferops/sglang/sglang-ar.yaml": {"not_warmed": ["attention trtllm_mha: not warmed", "SGLang's own JIT kernels"]},
+        "/etc/inferops/sglang/sglang-spec.yaml": {"not_warmed": ["SGLang's own JIT kernels"]}}}
+    view = dict(GOOD, derived=derived)
+    assert tool.not_warmed(view) == ["sglang-ar.yaml: attention trtllm_mha: not warmed", "sglang-ar.yaml: SGLang's own JIT kernels",
+                                     "sglang-spec.yaml: SGLang's own JIT kernels"]
+    assert tool.not_warmed(GOOD) == []
+    monkeypatch.setattr(tool, "load_config", lambda path: node)
+    monkeypatch.setattr(tool, "inner", lambda config, action: view)
+    monkeypatch.setattr(tool, "check", lambda config, view: [])
+    assert tool.main(["check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("inferops-flashinfer check: ok: FlashInfer 0.6.18")
+    assert lines[1:] == ["inferops-flashinfer check: not warmed: sglang-ar.yaml: attention trtllm_mha: not warmed",
+                         "inferops-flashinfer check: not warmed: sglang-ar.yaml: SGLang's own JIT kernels",
+                         "inferops-flashinfer check: not warmed: sglang-spec.yaml: SGLang's own JIT kernels"]
