@@ -32,7 +32,7 @@ help:
 	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
-	@echo "make test-current   molecule current_stack: the current stack on a GB10 node (about 15 minutes, not in make test)"
+	@echo "make test-current   molecule current_stack: the current stack on a GB10 node (7 to 14 minutes, not in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
 	@echo "make clean     make lab-down, then remove .venv and .build"
 
