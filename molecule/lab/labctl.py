@@ -72,7 +72,7 @@ STACKS = {
     "incident": (VENV_REQUIREMENTS, "SGLang 0.5.21, FlashInfer 0.6.18"),
     "current": (os.path.join(HERE, "sglang-venv-requirements-current.txt"), "SGLang 0.5.23, FlashInfer 0.7.2"),
 }
-# Bump when build_incident()'s steps change: the image is rebuilt when this or any file it copies changes.
+# Bump when build_stack_image()'s steps change: the image is rebuilt when this or any file it copies changes.
 IMAGE_STEPS_VERSION = "5"
 
 
@@ -178,7 +178,7 @@ def build_base() -> str:
     return base
 
 
-# --- layer 2: the incident state --------------------------------------------------------------------------
+# --- layer 2: a stack's image (the incident state, or the current stack) ----------------------------------
 
 def venv_requirements(stack: str = "incident") -> t.List[str]:
     with open(STACKS[stack][0]) as handle:
@@ -219,7 +219,7 @@ def chroot(merged: str, command: t.List[str]) -> None:
     run(["chroot", merged] + command, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"})
 
 
-def build_incident(base: str, wheels: str, stack: str = "incident") -> str:
+def build_stack_image(base: str, wheels: str, stack: str = "incident") -> str:
     layer = os.path.join(STATE, stack)
     stamp = os.path.join(STATE, stack + ".recipe")
     inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "gpu_only", "sglang_standin", "models",
@@ -289,7 +289,7 @@ def build(stack: str = "incident") -> t.Tuple[str, str]:
     require_root()
     os.makedirs(STATE, exist_ok=True)
     base = build_base()
-    image = build_incident(base, fetch_wheels(), stack)
+    image = build_stack_image(base, fetch_wheels(), stack)
     ssh_key()
     return base, image
 
@@ -303,7 +303,7 @@ def build_stacks(stacks: t.List[str]) -> None:
     wheels = fetch_wheels()
     ssh_key()
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(stacks)) as pool:
-        for done in [pool.submit(build_incident, base, wheels, stack) for stack in stacks]:
+        for done in [pool.submit(build_stack_image, base, wheels, stack) for stack in stacks]:
             done.result()
 
 
