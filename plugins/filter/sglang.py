@@ -88,6 +88,12 @@ def _health_host(host: str) -> str:
     return "[%s]" % host if ":" in host else host
 
 
+def sglang_health_url(host: t.Any, port: t.Any, health_path: str = "/health") -> str:
+    """Where a service's health is asked, from its --config host and port: the one place every health check (the role's
+    wait, remediate.yml) takes it from. A wildcard host is asked on loopback; an IPv6 address goes in brackets."""
+    return "http://%s:%d%s" % (_health_host(str(host or "")), int(port), health_path)
+
+
 def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[str, t.Any], health_path: str,
               problems: t.List[str]) -> t.Dict[str, t.Any]:
     var = SERVICES[name]
@@ -176,7 +182,7 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         "gpus": gpus,
         "visible_devices": ",".join(map(str, gpus)),
         "config": config,
-        "health_url": "http://%s:%d%s" % (_health_host(config["host"]), port, health_path),
+        "health_url": sglang_health_url(config["host"], port, health_path),
     }
 
 
@@ -284,4 +290,4 @@ class FilterModule:
     """inferops.blackwell SGLang service filters."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems}
+        return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems, "sglang_health_url": sglang_health_url}

@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import os
 import typing as t
 
+import jinja2
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_plan, sglang_port_problems
+from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_health_url, sglang_plan, sglang_port_problems
 
 
 def gpus(count: int, major: int, minor: int = 0) -> t.Dict[str, t.Any]:
@@ -176,3 +179,27 @@ def test_the_running_service_own_port_is_not_taken() -> None:
     assert sglang_port_problems(units, SS, ["456", "0"]) == []
     assert sglang_port_problems(units[:1], SS, ["0", "0"]) == [
         "sglang_service_ar.port=30000 is taken on the node by python (pid 456): give a free port"]
+
+
+@pytest.mark.parametrize("host, url", [
+    ("127.0.0.1", "http://127.0.0.1:30000/health"),
+    ("0.0.0.0", "http://127.0.0.1:30000/health"),
+    ("::", "http://127.0.0.1:30000/health"),
+    ("::1", "http://[::1]:30000/health"),
+    ("fd00::5", "http://[fd00::5]:30000/health"),
+    ("node-1.example", "http://node-1.example:30000/health"),
+])
+def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> None:
+    """The role's wait (the plan's health_url) and playbooks/remediate.yml ask the same URL: remediate.yml's uri task,
+    rendered as Ansible would with the service's configuration, gives the plan's URL (a regex of its own gave
+    http://::1:30000/health for host ::1)."""
+    assert plan(ar={"host": host})["units"][0]["health_url"] == url
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    with open(os.path.join(root, "playbooks", "remediate.yml")) as handle:
+        tasks = [task for play in yaml.safe_load(handle) for task in play.get("tasks", [])]
+    asked = [task["ansible.builtin.uri"]["url"] for task in tasks if "ansible.builtin.uri" in task]
+    assert len(asked) == 1
+    environment = jinja2.Environment()
+    environment.filters["inferops.blackwell.sglang_health_url"] = sglang_health_url
+    rendered = environment.from_string(asked[0]).render(_config={"host": host, "port": 30000}, sglang_service_health_path="/health")
+    assert rendered == url
