@@ -194,10 +194,22 @@ def fetch_wheels() -> str:
         return wheels
     os.makedirs(wheels, exist_ok=True)
     log("downloading wheels for the SGLang venv and the 12.8 toolkit pieces (once, into %s)" % wheels)
-    # one pip call per set: pip refuses two releases of one package in a call, even with --no-deps
-    for wanted in [venv_requirements(stack) for stack in sorted(STACKS)] + [CUDA_128_WHEELS]:
+    # one pip call per set (pip refuses two releases of one package in a call, even with --no-deps), side by side, each
+    # into a directory of its own (two sets share some wheels), then moved into the one wheelhouse
+    sets = [venv_requirements(stack) for stack in sorted(STACKS)] + [CUDA_128_WHEELS]
+
+    def download(index: int) -> str:
+        part = os.path.join(wheels, ".set-%d" % index)
         run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--only-binary=:all:", "--dest", wheels] + wanted)
+             "--only-binary=:all:", "--dest", part] + sets[index])
+        return part
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(sets)) as pool:
+        parts = list(pool.map(download, range(len(sets))))
+    for part in parts:
+        for name in os.listdir(part):
+            os.replace(os.path.join(part, name), os.path.join(wheels, name))
+        os.rmdir(part)
     write_stamp(stamp, recipe)
     return wheels
 
@@ -299,8 +311,11 @@ def build_stacks(stacks: t.List[str]) -> None:
     core and the disk)."""
     require_root()
     os.makedirs(STATE, exist_ok=True)
-    base = build_base()
-    wheels = fetch_wheels()
+    # debootstrap (the Debian archive, then the disk) beside the downloads from PyPI: the wheelhouse and the mirror's
+    # CUDA 13.0 wheels (what `mirror` would fetch next)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        layers = [pool.submit(build_base), pool.submit(fetch_wheels), pool.submit(mirror_wheels)]
+        base, wheels, _mirror = [layer.result() for layer in layers]
     ssh_key()
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(stacks)) as pool:
         for done in [pool.submit(build_stack_image, base, wheels, stack) for stack in stacks]:

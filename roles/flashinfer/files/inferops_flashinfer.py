@@ -100,8 +100,17 @@ def getter_specs(getter, *args):
         raise ValueError("FlashInfer's %s built no JIT module here" % getter.__name__)
     return recorded
 
+SPECS = {}
+
 def make_specs(recipe):
-    # The JIT modules of one recipe (what the derivation or an operator names), through FlashInfer's own getters.
+    # The JIT modules of one recipe (what the derivation or an operator names), through FlashInfer's own getters; each
+    # recipe's getter runs once per process (derive() and the plan ask for the same recipes).
+    key = json.dumps({k: v for k, v in recipe.items() if k != "uris"} if isinstance(recipe, dict) else recipe, sort_keys=True)
+    if key not in SPECS:
+        SPECS[key] = specs_of(recipe)
+    return SPECS[key]
+
+def specs_of(recipe):
     import torch
     if isinstance(recipe, str):
         if recipe in ("sampling", "cascade", "norm"):
