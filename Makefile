@@ -25,14 +25,14 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: test-current bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: test-matrix bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
 	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
-	@echo "make test-current   molecule current_stack: the current stack on a GB10 node (7 to 14 minutes, not in make test)"
+	@echo "make test-matrix    molecule stack_matrix: the (stack, GPU family) pairs make test does not run (not in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
 	@echo "make clean     make lab-down, then remove .venv and .build"
 
@@ -108,14 +108,14 @@ lab-images: debs venv
 # serializes changes to the shared bridge and mirror; the lab's compile cache makes a second caller of the same compile
 # wait for the first). Their output goes to .build/molecule/<scenario>.log and is printed at the end.
 MOLECULE_MAIN := default
-MOLECULE_BESIDE := incident toolkit_apt flashinfer_strategies
+MOLECULE_BESIDE := current_stack incident toolkit_apt flashinfer_strategies
 MOLECULE_LOGS := $(BUILD)/molecule
-# The current stack (SGLang 0.5.23, FlashInfer 0.7.2) on a GB10 node: FlashInfer attention's modules warmed, a bad flag,
-# serving with the compile tripwire, both caches restored by remediate.yml from the store (molecule/current_stack). Not
-# in make test: its compiles (12.1a: sampling, the fa2 prefill, cascade) would take make test past 30 minutes on 2 cores;
-# make test runs the current stack on default's B300 node.
-test-current: debs venv link lab-images
-	$(BIN)/molecule test --scenario-name current_stack
+# The lab's nodes by stack and GPU family: make test runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM
+# 12.0 and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3 (default) and SM 12.1 (current_stack, the first
+# of the scenarios beside default, after its converge). The other three pairs, molecule/stack_matrix:
+# their compiles would take make test past 30 minutes on 2 cores.
+test-matrix: debs venv link lab-images
+	$(BIN)/molecule test --scenario-name stack_matrix
 
 molecule: debs venv link
 	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)
