@@ -36,6 +36,24 @@ def test_defaults_and_argument_specs_have_the_same_keys_and_defaults(role: str) 
 
 
 @pytest.mark.parametrize("role", ROLES)
+def test_a_dict_variable_documents_the_defaults_of_its_sub_options(role: str) -> None:
+    """A dict with sub-options (sglang_service_ar / _spec): its default is exactly its sub-options' defaults, the base
+    the role lays an operator's keys over (vars/main.yml takes it from the sub-options), so the two cannot drift."""
+    options = role_docs.load(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    for name, option in options.items():
+        if option.get("type") == "dict" and option.get("options"):
+            assert option["default"] == {key: sub.get("default") for key, sub in option["options"].items()}, name
+
+
+def test_the_speculative_service_shares_the_autoregressive_settings() -> None:
+    options = role_docs.load("sglang_service", "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    ar, spec = options["sglang_service_ar"]["options"], options["sglang_service_spec"]["options"]
+    assert {key: value for key, value in spec.items() if key in ar and key != "port"} == {key: value for key, value in ar.items() if key != "port"}
+    assert (ar["port"]["default"], spec["port"]["default"]) == (30000, 30001)
+    assert set(spec) - set(ar) == {"speculative_algorithm", "draft_model_path", "num_steps", "eagle_topk", "num_draft_tokens", "dflash_block_size"}
+
+
+@pytest.mark.parametrize("role", ROLES)
 def test_public_variables_carry_the_role_prefix_and_internals_an_underscore(role: str) -> None:
     assert [name for name in role_docs.load(role, "defaults/main.yml") if not name.startswith(role + "_")] == []
     internals = role_docs.load(role, "vars/main.yml") or {}
