@@ -75,6 +75,31 @@ def test_units_load_the_one_environment_run_the_preflight_and_conflict(host: t.A
     assert show(host, "sglang-spec", "UnitFileState")["UnitFileState"] == "disabled"
 
 
+def test_units_are_sandboxed_writing_only_the_workspace(host: t.Any) -> None:
+    """systemd-analyze security on the node's own systemd rates each unit 4.0 ("OK") or better; the unit holds no
+    capability and reaches only NVIDIA's devices; and inside the running service's mount namespace nothing but the
+    service user's home is writable."""
+    for unit in ("sglang-ar", "sglang-spec"):
+        report = host.run("systemd-analyze security --no-pager %s.service", unit)
+        assert report.rc == 0, report.stderr
+        score = float(report.stdout.rsplit("Overall exposure level for %s.service: " % unit, 1)[1].split()[0])
+        assert score <= 4.0, report.stdout
+        props = show(host, unit, "ProtectSystem", "ReadWritePaths", "CapabilityBoundingSet", "DevicePolicy",
+                     "NoNewPrivileges", "PrivateTmp", "MemoryDenyWriteExecute")
+        assert props == {"ProtectSystem": "strict", "ReadWritePaths": "-/var/lib/sglang", "CapabilityBoundingSet": "",
+                         "DevicePolicy": "closed", "NoNewPrivileges": "yes", "PrivateTmp": "yes", "MemoryDenyWriteExecute": "no"}
+        devices = host.check_output("systemctl show %s -p DeviceAllow", unit)
+        for device in ("char-nvidia rw", "char-nvidiactl rw", "char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"):
+            assert device in devices
+    pid = show(host, "sglang-ar", "MainPID")["MainPID"]
+    assert pid != "0"
+    inside = "nsenter --target %s --mount -- sh -c %s"
+    assert host.run(inside, pid, "touch /var/lib/sglang/.sandbox-probe && rm /var/lib/sglang/.sandbox-probe").rc == 0
+    for path in ("/etc/inferops/.sandbox-probe", "/opt/sglang/venv/.sandbox-probe", "/usr/local/sbin/.sandbox-probe"):
+        refused = host.run(inside, pid, "touch %s" % path)
+        assert refused.rc != 0 and "Read-only file system" in refused.stderr, (path, refused.stderr)
+
+
 def test_the_service_user_is_not_root_and_its_home_is_the_cache(host: t.Any) -> None:
     user = host.user("sglang")
     assert user.exists and user.uid != 0 and user.home == "/var/lib/sglang"
