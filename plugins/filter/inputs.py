@@ -167,12 +167,13 @@ def input_problems(checks: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[str]:
     return problems
 
 
-def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_env_extra") -> t.List[str]:
+def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_env_extra", secret: bool = False) -> t.List[str]:
     """Problems with extra environment variables (NAME: value) for a systemd EnvironmentFile= and a shell script.
 
     Names must be shell variable names that neither override what the roles pin (managed) nor load code into
     every consumer (LD_*, PYTHONPATH, ...); values must be scalars without control characters or single quotes
-    (both files quote values in single quotes).
+    (both files quote values in single quotes). secret: the values are secrets (sglang_service_secrets): no message
+    shows a value, only the name and what is wrong with it.
     """
     if not isinstance(extra, dict):
         return ["%s must be a mapping of NAME: value, not a %s" % (var, kind_of(extra))]
@@ -187,10 +188,12 @@ def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_
         elif key in _ENV_RESERVED or key.startswith(_ENV_RESERVED_PREFIXES):
             problems.append("%s sets %s, which would change what every service loads or which GPUs it sees (per service: "
                             "sglang_service_ar / sglang_service_spec gpus): remove it" % (var, key))
-        if isinstance(value, (dict, list)) or value is None:
-            problems.append("%s.%s: give a string or a number, not %s" % (var, show(name), show(value)))
+        shown = "" if secret else "=" + show(value)
+        if isinstance(value, (dict, list)) or value is None or (secret and isinstance(value, bool)):
+            wanted, given = ("a string", kind_of(value)) if secret else ("a string or a number", show(value))
+            problems.append("%s.%s: give %s, not %s" % (var, show(name), wanted, given))
         elif _CONTROL.search(str(value)) or "'" in str(value):
-            problems.append("%s.%s=%s holds a control character or a single quote: remove it" % (var, show(name), show(value)))
+            problems.append("%s.%s%s holds a control character or a single quote: remove it" % (var, show(name), shown))
     return problems
 
 

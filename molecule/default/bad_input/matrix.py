@@ -7,7 +7,8 @@ Each case becomes an inventory host of its own that points at a lab node (site-p
 spare site-mixed) and carries the case's variables, so one run checks them all in parallel
 (site_serial=100%, site_max_fail_percentage=100: each host fails on its own). For every case:
   - the run failed for that host,
-  - the failure message matches every `expect` pattern (the variable and the fix),
+  - the failure message matches every `expect` pattern (the variable and the fix), and the run's whole output
+    holds none of the case's `hide` strings (a secret's value),
   - it failed in an input check (a tasks/validate.yml), and a case marked `alone`, run by itself, within --max-seconds;
 and for every node: a snapshot (files under /etc/inferops, the units, profile.d, the toolkits and where
 /usr/local/cuda leads, the venv's packages, the caches, the services' state and main PIDs) is identical
@@ -185,6 +186,7 @@ def refusals(args: argparse.Namespace, cases: t.List[t.Dict[str, t.Any]], nodes:
         host = "case-%02d" % number
         outcome = failed.get(host)
         problems = check_refusal(case, outcome)
+        problems += ["the run's output shows %r" % text for text in case.get("hide", []) if text in output]
         bad += bool(problems)
         rows.append({"case": host, "name": case["name"], "node": case.get("node", "site-pro6000"), "refused": outcome is not None,
                      "task": outcome["task"] if outcome else None, "message": outcome["msg"] if outcome else None, "problems": problems})

@@ -116,6 +116,32 @@ def test_env_extra_refused(extra: t.Dict[str, t.Any], words: str) -> None:
     assert len(problems) == 1 and words in problems[0] and problems[0].startswith("cuda_env_extra")
 
 
+SECRET = "hf_Xy7secretValue"
+
+
+@pytest.mark.parametrize("value, words", [
+    (SECRET + "\n", "control character"),
+    (SECRET + "'", "single quote"),
+    ({"token": SECRET}, "give a string, not mapping"),
+    ([SECRET], "give a string, not list"),
+    (True, "give a string, not boolean"),
+    (None, "give a string, not null"),
+])
+def test_secrets_refused_without_showing_the_value(value: t.Any, words: str) -> None:
+    problems = env_extra_problems({"HF_TOKEN": value}, [], "sglang_service_secrets", secret=True)
+    assert len(problems) == 1 and words in problems[0] and problems[0].startswith("sglang_service_secrets.HF_TOKEN")
+    assert "Xy7" not in problems[0]
+
+
+def test_secrets_names_checked_like_extra_variables() -> None:
+    problems = env_extra_problems({"CUDA_HOME": SECRET, "LD_PRELOAD": SECRET, "A B": SECRET}, ["CUDA_HOME"],
+                                  "sglang_service_secrets", secret=True)
+    assert [p.split(" ")[1] for p in problems[:2]] == ["sets", "sets"] and len(problems) == 3
+    assert not any("Xy7" in p for p in problems)
+    assert env_extra_problems({"HF_TOKEN": SECRET, "AWS_SECRET_ACCESS_KEY": "a/b+c=="}, [], "sglang_service_secrets",
+                              secret=True) == []
+
+
 def test_env_extra_must_be_a_mapping() -> None:
     assert env_extra_problems(["A=1"], MANAGED) == ["cuda_env_extra must be a mapping of NAME: value, not a list"]
 
