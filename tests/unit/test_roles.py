@@ -60,6 +60,25 @@ def test_public_variables_carry_the_role_prefix_and_internals_an_underscore(role
     assert [name for name in internals if not name.startswith("_" + role + "_")] == []
 
 
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_spec_descriptions_hold_no_jinja(role: str) -> None:
+    # Ansible templates the spec when it validates a role's arguments (include_role in playbooks/remediate.yml): an
+    # example such as "{{ vault_hf_token }}" in a description failed there with "'vault_hf_token' is undefined".
+    def descriptions(node: t.Any) -> t.Iterator[str]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("description", "short_description"):
+                    yield from [value] if isinstance(value, str) else value
+                else:
+                    yield from descriptions(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from descriptions(value)
+
+    texts = list(descriptions(role_docs.load(role, "meta/argument_specs.yml")))
+    assert texts and [text for text in texts if "{{" in text or "{%" in text] == []
+
+
 def test_readme_role_sections_are_generated_from_argument_specs() -> None:
     with open(os.path.join(ROOT, "README.md")) as handle:
         readme = handle.read()
