@@ -109,10 +109,11 @@ lab-images: debs venv
 # second caller of the same compile wait for the first). Their output goes to .build/molecule/<scenario>.log and is
 # printed at the end.
 MOLECULE_MAIN := default
-# The second lane: the scenarios that compile nothing from the start (beside default's check and converge), then,
-# once default's converge is over, those that compile or need a core of their own.
-MOLECULE_EARLY := incident toolkit_apt
-MOLECULE_BESIDE := current_stack flashinfer_strategies
+# The second lane: the scenarios that compile nothing from the start (beside default's check and converge: they wait on
+# their nodes' services and pip more than they use a core, and the time they take there is not the tail's), then, once
+# default's converge is over, current_stack (its own compiles).
+MOLECULE_EARLY := incident toolkit_apt flashinfer_strategies
+MOLECULE_BESIDE := current_stack
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: make test runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM
 # 12.0 and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3 (default) and SM 12.1 (current_stack, the first

@@ -27,6 +27,10 @@ reports is what a service would get.
           satisfies the GPUs, the arch set matches them, every module is cached
           and was derived from the services' configurations as they are now;
           otherwise exit 1 with the cause and the fix
+  metrics (--output FILE [--user NAME]) the check's verdict as node_exporter
+          textfile metrics, written atomically (ready, each cause, modules
+          cached vs expected, versions, archs); run as root, the check itself
+          runs as NAME (the services' user); exit 0 whatever the verdict
 
   export  (--output FILE) pack the compiled modules of this node's plan, their
           generated sources, ninja's records and the warm-up record, with a
@@ -561,21 +565,21 @@ def version_tuple(text: t.Optional[str]) -> t.Tuple[int, ...]:
         return ()
 
 
-def tool_problems(config: t.Dict[str, t.Any]) -> t.List[str]:
+def tool_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
     """What the services run besides FlashInfer: the venv's Python, and ninja on the pinned PATH (FlashInfer runs it
-    even to load a cached module)."""
+    even to load a cached module). Each problem as (cause, text): the cause is the label the readiness metrics carry."""
     problems = []
     env = service_env(config)
     if shutil.which("ninja", path=env.get("PATH", "")) is None:
-        problems.append("no ninja on the PATH of %s (%s): FlashInfer would fail at its first module load. Fix: "
-                        "cuda_env_sglang_venv must be the SGLang venv (its bin/ holds ninja)." % (config["env_file"], env.get("PATH")))
+        problems.append(("no_ninja", "no ninja on the PATH of %s (%s): FlashInfer would fail at its first module load. Fix: "
+                         "cuda_env_sglang_venv must be the SGLang venv (its bin/ holds ninja)." % (config["env_file"], env.get("PATH"))))
     python = os.path.join(config["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
-        problems.append("no Python at %s: fix flashinfer_venv / sglang_service_venv." % python)
+        problems.append(("no_python", "no Python at %s: fix flashinfer_venv / sglang_service_venv." % python))
     return problems
 
 
-def coverage_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
+def coverage_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
     """The warm set was derived from the services' configurations as they are now (no SGLang import here: the
     warm-up recorded what it derived, from which file contents, beside the cache)."""
     if not config.get("derive", True):
@@ -584,17 +588,18 @@ def coverage_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t
     paths = sglang_configs(config)
     derived = (view.get("derived") or {}).get("configs") or {}
     if paths and not derived:
-        problems.append("no record of a warm-up for the services' configurations in %s (a wiped cache, or never warmed). "
-                        "Fix: inferops-flashinfer warm, or the remediate playbook." % view.get("workspace"))
+        problems.append(("not_warmed", "no record of a warm-up for the services' configurations in %s (a wiped cache, or never "
+                         "warmed). Fix: inferops-flashinfer warm, or the remediate playbook." % view.get("workspace")))
         return problems
     for path in paths:
         if path not in derived or derived[path].get("sha256") != digest(path):
-            problems.append("%s changed since the cache was warmed (its modules may differ). Fix: inferops-flashinfer warm "
-                            "(the jit_cache role), then start the service." % path)
+            problems.append(("config_changed", "%s changed since the cache was warmed (its modules may differ). Fix: "
+                             "inferops-flashinfer warm (the jit_cache role), then start the service." % path))
     jit_dir = service_env(config).get("SGLANG_JIT_CACHE_DIR")
     if jit_dir and not creatable(jit_dir):
-        problems.append("SGLang's JIT cache %s (SGLANG_JIT_CACHE_DIR in %s) cannot be written by %s. Fix: the jit_cache role "
-                        "or the remediate playbook creates it." % (jit_dir, config["env_file"], pwd.getpwuid(os.getuid()).pw_name))
+        problems.append(("sglang_jit_cache", "SGLang's JIT cache %s (SGLANG_JIT_CACHE_DIR in %s) cannot be written by %s. Fix: "
+                         "the jit_cache role or the remediate playbook creates it."
+                         % (jit_dir, config["env_file"], pwd.getpwuid(os.getuid()).pw_name)))
     return problems
 
 
@@ -609,41 +614,128 @@ def creatable(path: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK)
 
 
-def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
-    """Causes and fixes; empty when the services would start."""
+def diagnose(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+    """The preflight's verdict: (cause, text with the fix) for each reason the services would not start as warmed;
+    empty when they would."""
     problems = tool_problems(config)
     env_file = config["env_file"]
     if view.get("error") and not view.get("archs"):
-        problems.append("FlashInfer cannot start in the services' environment: %s. Fix: re-run the inferops.blackwell site "
-                        "playbook (cuda_env, flashinfer)." % view["error"])
+        problems.append(("flashinfer_error", "FlashInfer cannot start in the services' environment: %s. Fix: re-run the "
+                         "inferops.blackwell site playbook (cuda_env, flashinfer)." % view["error"]))
         return problems
     expected = sorted(config.get("expected_archs", "").split())
     if not view.get("archs"):
-        problems.append("FlashInfer resolved no target arch (the incident: nvcc at %s is %s; warnings: %s). Fix: CUDA_HOME "
-                        "in %s must be a toolkit >= %s." % (view.get("cuda_home"), view.get("cuda_version"),
-                                                            "; ".join(view.get("warnings", [])) or "none", env_file,
-                                                            config.get("min_cuda")))
+        problems.append(("no_arch", "FlashInfer resolved no target arch (the incident: nvcc at %s is %s; warnings: %s). Fix: "
+                         "CUDA_HOME in %s must be a toolkit >= %s." % (view.get("cuda_home"), view.get("cuda_version"),
+                                                                       "; ".join(view.get("warnings", [])) or "none", env_file,
+                                                                       config.get("min_cuda"))))
     elif expected and view["archs"] != expected:
-        problems.append("FlashInfer resolved %s, the GPUs need %s. Fix: FLASHINFER_CUDA_ARCH_LIST in %s (cuda_env)."
-                        % (" ".join(view["archs"]), " ".join(expected), env_file))
+        problems.append(("arch_mismatch", "FlashInfer resolved %s, the GPUs need %s. Fix: FLASHINFER_CUDA_ARCH_LIST in %s "
+                         "(cuda_env)." % (" ".join(view["archs"]), " ".join(expected), env_file)))
     if config.get("min_cuda") and version_tuple(view.get("cuda_version")) < version_tuple(config["min_cuda"]):
-        problems.append("FlashInfer detects CUDA %s at %s; the GPUs need >= %s. Fix: CUDA_HOME in %s (cuda_env, cuda_toolkit)."
-                        % (view.get("cuda_version"), view.get("cuda_home"), config["min_cuda"], env_file))
+        problems.append(("cuda_too_old", "FlashInfer detects CUDA %s at %s; the GPUs need >= %s. Fix: CUDA_HOME in %s "
+                         "(cuda_env, cuda_toolkit)." % (view.get("cuda_version"), view.get("cuda_home"), config["min_cuda"],
+                                                        env_file)))
     problems.extend(coverage_problems(config, view))
     stale = ["%s (%s)" % (module["name"], module["out_of_date"]) for module in view.get("modules", []) if module.get("out_of_date")]
     if stale:
-        problems.append("JIT modules ninja would rebuild at their first load, as their sources, headers or build files are "
-                        "newer than them (FlashInfer or the toolkit reinstalled?): %s. Fix: inferops-flashinfer warm, or "
-                        "the remediate playbook." % "; ".join(stale))
+        problems.append(("modules_stale", "JIT modules ninja would rebuild at their first load, as their sources, headers or "
+                         "build files are newer than them (FlashInfer or the toolkit reinstalled?): %s. Fix: inferops-flashinfer "
+                         "warm, or the remediate playbook." % "; ".join(stale)))
     missing = [module["name"] for module in view.get("modules", []) if not module.get("compiled") and not module.get("out_of_date")]
     if missing:
-        problems.append("JIT modules not in the cache at %s: %s (a wiped cache?). Fix: inferops-flashinfer warm, or the "
-                        "remediate playbook; starting now would compile them at the first request."
-                        % (view.get("workspace"), ", ".join(missing)))
+        problems.append(("modules_missing", "JIT modules not in the cache at %s: %s (a wiped cache?). Fix: inferops-flashinfer "
+                         "warm, or the remediate playbook; starting now would compile them at the first request."
+                         % (view.get("workspace"), ", ".join(missing))))
     elif view.get("stamp") is not None and not view.get("stamp_matches"):
-        problems.append("the cache at %s was warmed with %s, the environment is now %s. Fix: inferops-flashinfer warm."
-                        % (view.get("workspace"), view.get("stamp"), {k: view.get(k) for k in ("cuda_home", "cuda_version")}))
+        problems.append(("toolkit_changed", "the cache at %s was warmed with %s, the environment is now %s. Fix: "
+                         "inferops-flashinfer warm." % (view.get("workspace"), view.get("stamp"),
+                                                        {k: view.get(k) for k in ("cuda_home", "cuda_version")})))
     return problems
+
+
+def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
+    """Causes and fixes; empty when the services would start."""
+    return [text for _cause, text in diagnose(config, view)]
+
+
+# Readiness for a fleet's dashboards: the preflight's verdict in node_exporter's text format (its textfile collector
+# reads every *.prom file of one directory). Causes are fixed words, so an alert can group by them.
+CAUSES = ("no_ninja", "no_python", "flashinfer_error", "no_arch", "arch_mismatch", "cuda_too_old", "not_warmed",
+          "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed")
+
+
+def label_value(text: t.Any) -> str:
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_metrics(view: t.Dict[str, t.Any], problems: t.List[t.Tuple[str, str]], now: float, seconds: float) -> str:
+    """The verdict as node_exporter textfile metrics: every cause has a series (0 or 1), so an alert on a cause needs no
+    absent()."""
+    found = {cause for cause, _text in problems}
+    modules = view.get("modules", [])
+    lines = [
+        "# HELP inferops_sglang_ready 1 when the SGLang services' preflight passes: they would start and serve without "
+        "building a JIT module.",
+        "# TYPE inferops_sglang_ready gauge",
+        "inferops_sglang_ready %d" % (0 if problems else 1),
+        "# HELP inferops_sglang_preflight_problem 1 for each cause the preflight found (inferops-flashinfer check says the fix).",
+        "# TYPE inferops_sglang_preflight_problem gauge",
+    ]
+    lines.extend('inferops_sglang_preflight_problem{cause="%s"} %d' % (cause, 1 if cause in found else 0) for cause in CAUSES)
+    lines.extend([
+        "# HELP inferops_flashinfer_jit_modules_expected JIT modules the services will ask for (the warm set).",
+        "# TYPE inferops_flashinfer_jit_modules_expected gauge",
+        "inferops_flashinfer_jit_modules_expected %d" % len(modules),
+        "# HELP inferops_flashinfer_jit_modules_cached JIT modules of the warm set in the cache and up to date.",
+        "# TYPE inferops_flashinfer_jit_modules_cached gauge",
+        "inferops_flashinfer_jit_modules_cached %d" % sum(1 for module in modules if module.get("compiled")),
+        "# HELP inferops_flashinfer_info FlashInfer as the services see it: releases, the toolkit it resolves, its target archs.",
+        "# TYPE inferops_flashinfer_info gauge",
+        'inferops_flashinfer_info{flashinfer_version="%s",sglang_version="%s",cuda_version="%s",cuda_home="%s",archs="%s"} 1'
+        % tuple(label_value(value) for value in (view.get("flashinfer_version") or "", view.get("sglang_version") or "",
+                                                 view.get("cuda_version") or "", view.get("cuda_home") or "",
+                                                 " ".join(view.get("archs") or []))),
+        "# HELP inferops_sglang_preflight_timestamp_seconds When this verdict was made.",
+        "# TYPE inferops_sglang_preflight_timestamp_seconds gauge",
+        "inferops_sglang_preflight_timestamp_seconds %.3f" % now,
+        "# HELP inferops_sglang_preflight_duration_seconds How long the preflight took.",
+        "# TYPE inferops_sglang_preflight_duration_seconds gauge",
+        "inferops_sglang_preflight_duration_seconds %.3f" % seconds,
+    ])
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Beside the target, then renamed over it: node_exporter never reads half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    try:
+        with open(temporary, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def verdict_as(user: t.Optional[str], config_path: str) -> t.Dict[str, t.Any]:
+    """The preflight's view and causes, computed as the services' user (what their ExecStartPre= sees): this program
+    run again as that user, so that nothing FlashInfer touches in the user's cache becomes root's."""
+    command = [sys.executable, os.path.abspath(__file__), "--config", config_path, "verdict"]
+    if user and os.geteuid() == 0:
+        account = pwd.getpwnam(user)
+        done = subprocess.run(command, user=account.pw_uid, group=account.pw_gid, extra_groups=os.getgrouplist(user, account.pw_gid),
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, cwd="/",
+                              capture_output=True, text=True, check=False)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return {"view": {}, "problems": [["flashinfer_error", "the preflight exited %d: %s" % (done.returncode,
+                                                                                              (done.stderr or done.stdout).strip()[-500:])]]}
 
 
 # The build store (jit_cache): one node per fingerprint compiles, the others import its build. An artifact is a gzip'd
@@ -822,9 +914,25 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser.add_argument("--output", metavar="FILE", help="export: where the artifact is written")
     parser.add_argument("--archive", metavar="FILE", help="import: the artifact from the store")
     parser.add_argument("--sha256", metavar="HEX", help="import: its checksum as the store lists it")
-    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import"))
+    parser.add_argument("--user", metavar="NAME", help="metrics: the services' user, whom the preflight runs as")
+    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import", "metrics", "verdict"))
     args = parser.parse_args(argv)
+    if args.command == "metrics":
+        if not args.output:
+            parser.error("metrics needs --output")
+        started = time.monotonic()
+        verdict = verdict_as(args.user, args.config)
+        problems = [(cause, text) for cause, text in verdict["problems"]]
+        write_atomically(args.output, render_metrics(verdict["view"], problems, time.time(), time.monotonic() - started))
+        for _cause, text in problems:
+            print("inferops-flashinfer metrics: not ready: " + text)
+        print("inferops-flashinfer metrics: %s written to %s" % ("not ready" if problems else "ready", args.output))
+        return 0
     config = load_config(args.config)
+    if args.command == "verdict":
+        view = inner(config, "probe")
+        print(json.dumps({"view": view, "problems": diagnose(config, view)}, sort_keys=True))
+        return 0
     if args.command in ("export", "import"):
         if (args.command == "export" and not args.output) or (args.command == "import" and not (args.archive and args.sha256)):
             parser.error("export needs --output; import needs --archive and --sha256")

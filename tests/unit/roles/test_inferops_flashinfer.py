@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import typing as t
@@ -176,3 +177,84 @@ def test_the_preflight_reports_what_is_not_warmed(node: t.Dict[str, t.Any], caps
     assert lines[1:] == ["inferops-flashinfer check: not warmed: sglang-ar.yaml: attention trtllm_mha: not warmed",
                          "inferops-flashinfer check: not warmed: sglang-ar.yaml: SGLang's own JIT kernels",
                          "inferops-flashinfer check: not warmed: sglang-spec.yaml: SGLang's own JIT kernels"]
+
+
+def metric(text: str, name: str) -> str:
+    """The value of the one sample named name (with its labels) in a textfile."""
+    values = [line.rsplit(" ", 1)[1] for line in text.splitlines() if not line.startswith("#") and line.rsplit(" ", 1)[0] == name]
+    assert len(values) == 1, (name, text)
+    return values[0]
+
+
+def test_every_cause_the_preflight_gives_has_a_metric_label(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    """The metrics' cause label is a fixed word the alerts group by: each verdict's cause is one of CAUSES."""
+    views = [dict(GOOD, archs=[], cuda_version="12.8"), dict(GOOD, archs=["12.0a"]), dict(GOOD, error="boom", archs=[]),
+             dict(GOOD, modules=[{"name": "sampling", "compiled": False}]), dict(GOOD, stamp_matches=False),
+             dict(GOOD, modules=[{"name": "sampling", "compiled": False, "out_of_date": "newer"}])]
+    causes = {cause for view in views for cause, _text in tool.diagnose(node, view)}
+    assert causes == {"no_arch", "cuda_too_old", "arch_mismatch", "flashinfer_error", "modules_missing", "toolkit_changed",
+                      "modules_stale"}
+    assert causes <= set(tool.CAUSES)
+    assert {cause for cause, _text in tool.diagnose(dict(node, venv=str(tmp_path / "nowhere")), GOOD)} == {"no_python"}
+    assert [text for _cause, text in tool.diagnose(node, GOOD)] == tool.check(node, GOOD) == []
+
+
+def test_a_ready_node_exports_ready_and_every_cause_at_zero() -> None:
+    view = dict(GOOD, sglang_version="0.5.21", modules=[{"name": "sampling", "compiled": True}, {"name": "cascade", "compiled": True}])
+    text = tool.render_metrics(view, [], 1700000000.0, 2.5)
+    assert metric(text, "inferops_sglang_ready") == "1"
+    assert all(metric(text, 'inferops_sglang_preflight_problem{cause="%s"}' % cause) == "0" for cause in tool.CAUSES)
+    assert metric(text, "inferops_flashinfer_jit_modules_expected") == "2"
+    assert metric(text, "inferops_flashinfer_jit_modules_cached") == "2"
+    assert metric(text, 'inferops_flashinfer_info{flashinfer_version="0.6.18",sglang_version="0.5.21",cuda_version="13.0",'
+                        'cuda_home="/usr/local/cuda-13.0",archs="12.0f"}') == "1"
+    assert metric(text, "inferops_sglang_preflight_timestamp_seconds") == "1700000000.000"
+    assert text.endswith("\n") and "# TYPE inferops_sglang_ready gauge" in text
+
+
+def test_a_wiped_cache_exports_not_ready_with_its_cause(node: t.Dict[str, t.Any]) -> None:
+    view = dict(GOOD, modules=[{"name": "sampling", "compiled": False}, {"name": "cascade", "compiled": True}])
+    text = tool.render_metrics(view, tool.diagnose(node, view), 1.0, 1.0)
+    assert metric(text, "inferops_sglang_ready") == "0"
+    assert metric(text, 'inferops_sglang_preflight_problem{cause="modules_missing"}') == "1"
+    assert metric(text, 'inferops_sglang_preflight_problem{cause="no_arch"}') == "0"
+    assert metric(text, "inferops_flashinfer_jit_modules_cached") == "1"
+
+
+def test_label_values_are_escaped_as_the_text_format_wants() -> None:
+    assert tool.label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_metrics_are_written_atomically_and_readable(tmp_path: t.Any, monkeypatch: t.Any, capsys: t.Any) -> None:
+    """metrics writes the verdict the check (run as the services' user) gave, replaces the file whole, exits 0 either way."""
+    output = tmp_path / "inferops_sglang.prom"
+    output.write_text("old\n")
+    verdict = {"view": GOOD, "problems": [["modules_missing", "JIT modules not in the cache"]]}
+    calls = []
+    monkeypatch.setattr(tool, "verdict_as", lambda user, config: calls.append((user, config)) or verdict)
+    assert tool.main(["metrics", "--user", "sglang", "--output", str(output)]) == 0
+    assert calls == [("sglang", tool.CONFIG)]
+    text = output.read_text()
+    assert metric(text, "inferops_sglang_ready") == "0" and oct(output.stat().st_mode & 0o777) == "0o644"
+    assert sorted(os.listdir(tmp_path)) == ["inferops_sglang.prom"]
+    assert "not ready: JIT modules not in the cache" in capsys.readouterr().out
+
+
+def test_the_verdict_of_a_child_that_dies_is_a_cause_not_a_crash(monkeypatch: t.Any) -> None:
+    class Done:
+        returncode, stdout, stderr = 1, "", "Traceback: boom"
+
+    monkeypatch.setattr(tool.subprocess, "run", lambda *args, **kwargs: Done())
+    verdict = tool.verdict_as(None, "/nonexistent.json")
+    assert verdict["problems"][0][0] == "flashinfer_error" and "boom" in verdict["problems"][0][1]
+
+
+def test_the_verdict_comes_from_this_program_run_again(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    """verdict_as runs `verdict` in a child (as the services' user when root): a venv whose Python prints nothing is
+    FlashInfer failing to start, with the fix."""
+    config = tmp_path / "flashinfer.json"
+    config.write_text(json.dumps(node))
+    verdict = tool.verdict_as(None, str(config))
+    assert [cause for cause, _text in verdict["problems"]] == ["flashinfer_error"]
+    assert "re-run the inferops.blackwell site playbook" in verdict["problems"][0][1]
+    assert verdict["view"]["error"].startswith("the venv's Python exited 0")
