@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import typing as t
 
@@ -15,6 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
 
 import inferops_flashinfer as tool  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer.py
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
 CONFIG = {"venv": "/opt/sglang/venv", "env_file": "/etc/inferops/cuda.env", "expected_archs": "12.0f", "min_cuda": "12.9",
           "modules": ["sampling"]}
@@ -258,3 +260,25 @@ def test_the_verdict_comes_from_this_program_run_again(node: t.Dict[str, t.Any],
     assert [cause for cause, _text in verdict["problems"]] == ["flashinfer_error"]
     assert "re-run the inferops.blackwell site playbook" in verdict["problems"][0][1]
     assert verdict["view"]["error"].startswith("the venv's Python exited 0")
+
+
+def test_the_readmes_alert_rules_and_scrape_name_only_metrics_the_tool_writes() -> None:
+    """README, "Readiness a dashboard can see": the example rules are valid YAML whose expressions use the tool's metric
+    names, and the sample scrape has exactly the tool's samples (names and labels), in its order."""
+    with open(os.path.join(ROOT, "README.md")) as handle:
+        readme = handle.read()
+    section = readme.split("## Readiness a dashboard can see", 1)[1].split("\n## ", 1)[0]
+    scrape, rules = re.findall(r"```(?:yaml)?\n(.*?)```", section, re.S)
+    written = tool.render_metrics(GOOD, [], 0.0, 0.0)
+    names = {line.split("{")[0].split(" ")[0] for line in written.splitlines() if not line.startswith("#")}
+    used = set()
+    for group in yaml.safe_load(rules)["groups"]:
+        for rule in group["rules"]:
+            used.update(re.findall(r"inferops_[a-z_]+", rule["expr"]))
+    assert used and used <= names, used - names
+    def keys(text: str) -> t.List[str]:
+        """Each sample's name and labels; the info line's label values blanked (they are the node's)."""
+        lines = [line.rsplit(" ", 1)[0] for line in text.strip().splitlines() if not line.startswith("#")]
+        return [re.sub(r'="[^"]*"', '=""', line) if line.startswith("inferops_flashinfer_info") else line for line in lines]
+
+    assert keys(scrape) == keys(written)
