@@ -734,8 +734,8 @@ def verdict_as(user: t.Optional[str], config_path: str) -> t.Dict[str, t.Any]:
     try:
         return json.loads(done.stdout)
     except ValueError:
-        return {"view": {}, "problems": [["flashinfer_error", "the preflight exited %d: %s" % (done.returncode,
-                                                                                              (done.stderr or done.stdout).strip()[-500:])]]}
+        output = (done.stderr or done.stdout).strip()[-500:]
+        return {"view": {}, "problems": [["flashinfer_error", "the preflight exited %d: %s" % (done.returncode, output)]]}
 
 
 # The build store (jit_cache): one node per fingerprint compiles, the others import its build. An artifact is a gzip'd
@@ -922,7 +922,7 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
             parser.error("metrics needs --output")
         started = time.monotonic()
         verdict = verdict_as(args.user, args.config)
-        problems = [(cause, text) for cause, text in verdict["problems"]]
+        problems = [(str(cause), str(text)) for cause, text in verdict["problems"]]
         write_atomically(args.output, render_metrics(verdict["view"], problems, time.time(), time.monotonic() - started))
         for _cause, text in problems:
             print("inferops-flashinfer metrics: not ready: " + text)

@@ -276,6 +276,7 @@ def test_the_readmes_alert_rules_and_scrape_name_only_metrics_the_tool_writes() 
         for rule in group["rules"]:
             used.update(re.findall(r"inferops_[a-z_]+", rule["expr"]))
     assert used and used <= names, used - names
+
     def keys(text: str) -> t.List[str]:
         """Each sample's name and labels; the info line's label values blanked (they are the node's)."""
         lines = [line.rsplit(" ", 1)[0] for line in text.strip().splitlines() if not line.startswith("#")]
