@@ -19,6 +19,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RELEASE = re.compile(r"[0-9]+\.[0-9]+")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # Absolute paths that are safe in a unit file's ExecStart=, an EnvironmentFile= value and a shell word unquoted.
 _PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
@@ -90,6 +91,18 @@ def _module_problem(value: t.Mapping[str, t.Any]) -> t.Optional[str]:
     return None
 
 
+def _sha256_map_problem(var: str, value: t.Any) -> t.Optional[str]:
+    """A mapping of exact pins to lists of sha256 digests (64 lower-case hex digits), or the problem with it."""
+    hint = 'give {"name==version": ["<sha256>", ...]}, each digest 64 lower-case hex digits'
+    if not isinstance(value, dict):
+        return "%s=%s: %s, not a %s" % (var, show(value), hint, kind_of(value))
+    for pin, digests in value.items():
+        if (not isinstance(digests, (list, tuple)) or not digests
+                or not all(isinstance(digest, str) and _SHA256.fullmatch(digest) for digest in digests)):
+            return "%s[%s]=%s: %s" % (var, show(pin), show(digests), hint)
+    return None
+
+
 def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional[str]:
     """One problem with one value, or None."""
     shown = show(value)
@@ -97,6 +110,8 @@ def _check(var: str, value: t.Any, kind: str, low: int, high: int) -> t.Optional
         problem = (_module_problem(value) if isinstance(value, dict)
                    else None if isinstance(value, str) and _MODULE_NAME.fullmatch(value) else "not understood")
         return "%s: %s: %s; %s" % (var, shown, problem, _MODULE_HINT) if problem else None
+    if kind == "sha256_map":
+        return _sha256_map_problem(var, value)
     if kind == "release":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return ('%s=%s was read as a number: quote it, %s: "%s" (YAML turns 13.10 into 13.1)'
@@ -145,8 +160,8 @@ def input_problems(checks: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[str]:
 
     Each check is {var, value, kind} with kind one of release (MAJOR.MINOR as a string), int (with
     min and max), text (a string without control characters), path (absolute, safe in unit and
-    environment files), user (an unprivileged user name), url_path, url (http(s), host, port, path), jit_module (a
-    module name or recipe).
+    environment files), user (an unprivileged user name), url_path, url (http(s), host, port, path), sha256_map (exact
+    pins to lists of sha256 digests), jit_module (a module name or recipe).
     With each: true the value is a list, and every element is checked.
     """
     if not isinstance(checks, (list, tuple)):
