@@ -234,3 +234,22 @@ def test_url_accepts_a_store_s_base_url(value: str) -> None:
 def test_url_refuses_other_schemes_credentials_queries_and_spaces(value: str) -> None:
     problems = one("jit_cache_store_url", value, "url")
     assert len(problems) == 1 and problems[0].startswith("jit_cache_store_url=")
+
+
+_DIGEST = "ab" * 32
+
+
+@pytest.mark.parametrize("value", [{}, {"nvidia-cuda-nvcc==13.0.88": [_DIGEST]}, {"a==1": [_DIGEST, "0" * 64]}])
+def test_sha256_map_accepts_pins_with_lists_of_digests(value: t.Any) -> None:
+    assert input_problems([{"var": "cuda_toolkit_pip_hashes", "value": value, "kind": "sha256_map"}]) == []
+
+
+@pytest.mark.parametrize("value", [
+    "x", [_DIGEST], {"a==1": _DIGEST}, {"a==1": []}, {"a==1": ["abc"]}, {"a==1": [_DIGEST.upper()]},
+    {"a==1": [_DIGEST + "\n"]}, {"a==1": [64]},
+])
+def test_sha256_map_refuses_anything_else_naming_the_variable_and_the_form(value: t.Any) -> None:
+    problems = input_problems([{"var": "cuda_toolkit_pip_hashes", "value": value, "kind": "sha256_map"}])
+    assert len(problems) == 1
+    assert problems[0].startswith("cuda_toolkit_pip_hashes")
+    assert 'give {"name==version": ["<sha256>", ...]}, each digest 64 lower-case hex digits' in problems[0]
