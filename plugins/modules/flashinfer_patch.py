@@ -119,7 +119,7 @@ def find(module: AnsibleModule, venv: str) -> t.Tuple[str, str]:
                 for line in handle:
                     if line.startswith("Version:"):
                         return line.split(":", 1)[1].strip(), path
-    module.fail_json(msg="no FlashInfer (flashinfer-python) in %s: check flashinfer_venv" % venv)
+    module.fail_json(msg="no FlashInfer (flashinfer-python) in %s: check inferops_sglang_venv" % venv)
     raise AssertionError("unreachable")
 
 

@@ -547,7 +547,7 @@ def service_env(config: t.Dict[str, t.Any]) -> t.Dict[str, str]:
 def inner(config: t.Dict[str, t.Any], action: str) -> t.Dict[str, t.Any]:
     python = os.path.join(config["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
-        return {"error": "no Python at %s: check the SGLang venv path (flashinfer_venv)" % python}
+        return {"error": "no Python at %s: check the SGLang venv path (inferops_sglang_venv)" % python}
     request = {"modules": config["modules"], "derive": bool(config.get("derive", True)),
                "sglang_configs": config.get("sglang_config_files") or sglang_configs(config)}
     done = subprocess.run([python, "-c", INNER, action, json.dumps(request)],
@@ -572,10 +572,10 @@ def tool_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
     env = service_env(config)
     if shutil.which("ninja", path=env.get("PATH", "")) is None:
         problems.append(("no_ninja", "no ninja on the PATH of %s (%s): FlashInfer would fail at its first module load. Fix: "
-                         "cuda_env_sglang_venv must be the SGLang venv (its bin/ holds ninja)." % (config["env_file"], env.get("PATH"))))
+                         "inferops_sglang_venv must be the SGLang venv (its bin/ holds ninja)." % (config["env_file"], env.get("PATH"))))
     python = os.path.join(config["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
-        problems.append(("no_python", "no Python at %s: fix flashinfer_venv / sglang_service_venv." % python))
+        problems.append(("no_python", "no Python at %s: fix inferops_sglang_venv." % python))
     return problems
 
 

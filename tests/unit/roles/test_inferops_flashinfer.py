@@ -83,15 +83,15 @@ def test_wrong_archs_point_at_the_arch_list(node: t.Dict[str, t.Any]) -> None:
 
 
 def test_a_venv_elsewhere_than_the_pinned_path_means_no_ninja(node: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
-    # cuda_env_sglang_venv pointing nowhere: FlashInfer itself is fine, but the service dies on FileNotFoundError: 'ninja'.
+    # inferops_sglang_venv pointing nowhere: FlashInfer itself is fine, but the service dies on FileNotFoundError: 'ninja'.
     (tmp_path / "cuda.env").write_text("PATH='/usr/local/cuda-13.0/bin:/nonexistent/venv/bin'\n")
     problems = tool.check(node, GOOD)
-    assert len(problems) == 1 and problems[0].startswith("no ninja on the PATH of") and "cuda_env_sglang_venv" in problems[0]
+    assert len(problems) == 1 and problems[0].startswith("no ninja on the PATH of") and "inferops_sglang_venv" in problems[0]
 
 
 def test_a_missing_venv_python_is_named(node: t.Dict[str, t.Any]) -> None:
     problems = tool.check(dict(node, venv="/nonexistent/venv"), GOOD)
-    assert problems == ["no Python at /nonexistent/venv/bin/python: fix flashinfer_venv / sglang_service_venv."]
+    assert problems == ["no Python at /nonexistent/venv/bin/python: fix inferops_sglang_venv."]
 
 
 def test_the_inner_program_compiles() -> None:

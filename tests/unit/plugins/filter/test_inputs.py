@@ -58,24 +58,24 @@ def test_int_refused(value: t.Any, words: str) -> None:
 
 @pytest.mark.parametrize("value", ["/opt/sglang/venv", "/usr/local/cuda-13.0", "/var/lib/sglang", "/etc/inferops/cuda.env"])
 def test_paths_accepted(value: str) -> None:
-    assert one("cuda_env_sglang_venv", value, "path") == []
+    assert one("inferops_sglang_venv", value, "path") == []
 
 
 @pytest.mark.parametrize("value", ["opt/venv", "/opt/my venv", "/opt/v'env", "/opt/venv\n", "/opt/%h", "/opt/$HOME",
                                    "/opt/a\\b", "/opt/a;b", 5])
 def test_paths_refused(value: t.Any) -> None:
-    problems = one("cuda_env_sglang_venv", value, "path")
-    assert len(problems) == 1 and problems[0].startswith("cuda_env_sglang_venv=")
+    problems = one("inferops_sglang_venv", value, "path")
+    assert len(problems) == 1 and problems[0].startswith("inferops_sglang_venv=")
 
 
 def test_root_is_refused_as_a_service_user() -> None:
-    problems = one("sglang_service_user", "root", "user")
+    problems = one("inferops_service_user", "root", "user")
     assert problems and "must not run as root" in problems[0] and "sglang" in problems[0]
 
 
 @pytest.mark.parametrize("value", ["sg lang", "SGLANG", "a\nb", "x;y", ""])
 def test_user_names_refused(value: str) -> None:
-    assert one("flashinfer_service_user", value, "user")
+    assert one("inferops_service_user", value, "user")
 
 
 def test_text_refuses_only_control_characters() -> None:

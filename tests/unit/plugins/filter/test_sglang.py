@@ -190,14 +190,21 @@ def test_the_running_service_own_port_is_not_taken() -> None:
     ("node-1.example", "http://node-1.example:30000/health"),
 ])
 def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> None:
-    """The role's wait (the plan's health_url) and playbooks/remediate.yml ask the same URL: remediate.yml's uri task,
-    rendered as Ansible would with the service's configuration, gives the plan's URL (a regex of its own gave
-    http://::1:30000/health for host ::1)."""
+    """The role's wait (the plan's health_url) and playbooks/remediate.yml ask the same URL: remediate.yml asks through the
+    role's own diagnose.yml, whose URL task, rendered as Ansible would with the service's configuration, gives the plan's
+    URL (a regex of remediate.yml's own once gave http://::1:30000/health for host ::1)."""
     assert plan(ar={"host": host})["units"][0]["health_url"] == url
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
     with open(os.path.join(root, "playbooks", "remediate.yml")) as handle:
-        tasks = [task for play in yaml.safe_load(handle) for task in play.get("tasks", [])]
-    asked = [task["ansible.builtin.uri"]["url"] for task in tasks if "ansible.builtin.uri" in task]
+        plays = yaml.safe_load(handle)
+    tasks = [task for play in plays for task in play.get("tasks", [])]
+    assert not [task for task in tasks if "ansible.builtin.uri" in task], "remediate.yml asks for health itself"
+    includes = [task["ansible.builtin.include_role"] for task in tasks if "ansible.builtin.include_role" in task]
+    assert {"name": "inferops.blackwell.sglang_service", "tasks_from": "diagnose"} in includes
+    with open(os.path.join(root, "roles", "sglang_service", "tasks", "diagnose.yml")) as handle:
+        steps = yaml.safe_load(handle)
+    asked = [step["ansible.builtin.set_fact"]["_sglang_service_diag_probe"]["health_url"] for step in steps
+             if "_sglang_service_diag_probe" in step.get("ansible.builtin.set_fact", {})]
     assert len(asked) == 1
     environment = jinja2.Environment()
     environment.filters["inferops.blackwell.sglang_health_url"] = sglang_health_url
