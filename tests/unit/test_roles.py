@@ -101,3 +101,16 @@ def test_shipped_ansible_cfgs_pipeline_and_keep_one_ssh_connection_per_node(path
     ssh_args = parser.get("ssh_connection", "ssh_args")
     assert "ControlMaster=auto" in ssh_args and "ControlPersist=60s" in ssh_args
     assert parser.getint("defaults", "forks") >= 20
+
+
+def test_role_docs_render_doc_markup_as_markdown() -> None:
+    """role_docs.py renders Ansible's doc markup through antsibull-docs-parser: code, options, values and variables in
+    backticks, italics in stars, paragraphs on one line."""
+    assert role_docs.plain(["Writes C(x.env) for O(inferops_env_file=/etc/a) and I(every) E(CUDA_HOME), V(true).", "Next."]) == (
+        "Writes `x.env` for `inferops_env_file=/etc/a` and *every* `CUDA_HOME`, `true`. Next.")
+
+
+def test_role_docs_refuse_broken_markup() -> None:
+    """Markup the parser cannot read fails `make docs` instead of reaching the README as text."""
+    with pytest.raises(ValueError, match="closing"):
+        role_docs.plain("Writes C(unclosed")
