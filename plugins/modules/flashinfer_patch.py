@@ -19,6 +19,8 @@ description:
     system CUDA 12.8. GB10 (SM 12.1) still needs nvcc 12.9 to compile C(12.1a).
   - Only files whose exact content is known are patched (their sha256 is checked); anything else is refused, naming the
     version found. The original is kept beside the file and restored by O(state=absent).
+  - The file is replaced atomically (a temporary file beside it, moved over it with its mode and owner kept); with
+    C(--diff) the change is shown, in check mode too.
 author:
   - inferops maintainers (@inferops)
 extends_documentation_fragment:
@@ -27,7 +29,7 @@ attributes:
   check_mode:
     support: full
   diff_mode:
-    support: none
+    support: full
   platform:
     platforms: posix
 options:
@@ -75,6 +77,7 @@ import glob
 import hashlib
 import os
 import shutil
+import tempfile
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -99,13 +102,22 @@ def patched_content(original: bytes) -> bytes:
     return text.replace(ORIGINAL_LINE, PATCHED_LINE, 1).encode("utf-8")
 
 
-def replace_content(path: str, data: bytes) -> None:
-    """Write data to path through a temporary file beside it, keeping the mode, so the file is never half-written."""
-    temporary = path + ".inferops-tmp"
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-    shutil.copymode(path, temporary)
-    os.replace(temporary, path)
+def replace_content(module: AnsibleModule, path: str, data: bytes) -> None:
+    """Write data to path through a temporary file beside it, moved over it by Ansible's atomic_move (which keeps the
+    file's mode, owner and SELinux context), so the file is never half-written."""
+    handle, temporary = tempfile.mkstemp(prefix=".inferops-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        module.atomic_move(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def diff(path: str, before: bytes, after: bytes) -> t.Dict[str, str]:
+    """What --diff shows: the file before and after."""
+    return {"before_header": path, "after_header": path, "before": before.decode("utf-8"), "after": after.decode("utf-8")}
 
 
 def find(module: AnsibleModule, venv: str) -> t.Tuple[str, str]:
@@ -154,16 +166,17 @@ def main() -> None:
     want_patched = module.params["state"] == "present"
     is_patched = current != original
     changed = want_patched != is_patched
+    wanted = patched_content(original) if want_patched else original
     if changed and not module.check_mode:
         if want_patched:
             shutil.copy2(path, backup)
-            replace_content(path, patched_content(original))
-        else:
-            replace_content(path, original)
+        replace_content(module, path, wanted)
+        if not want_patched:
             os.remove(backup)
         for cached in glob.glob(os.path.join(os.path.dirname(path), "__pycache__", "compilation_context.*.pyc")):
             os.remove(cached)
-    module.exit_json(changed=changed, version=version, path=path, patched=want_patched)
+    extra = {"diff": diff(path, current, wanted)} if changed and module._diff else {}
+    module.exit_json(changed=changed, version=version, path=path, patched=want_patched, **extra)
 
 
 if __name__ == "__main__":

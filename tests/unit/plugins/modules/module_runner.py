@@ -13,11 +13,13 @@ from ansible.module_utils.testing import patch_module_args
 
 
 def run_module(main: t.Callable[[], None], capsys: pytest.CaptureFixture[str], params: t.Dict[str, t.Any],
-               check_mode: bool = False) -> t.Dict[str, t.Any]:
-    """exit_json/fail_json output as a dict (fail_json's has failed: true)."""
+               check_mode: bool = False, diff: bool = False) -> t.Dict[str, t.Any]:
+    """exit_json/fail_json output as a dict (fail_json's has failed: true); diff: as with --diff."""
     args = dict(params)
     if check_mode:
         args["_ansible_check_mode"] = True
+    if diff:
+        args["_ansible_diff"] = True
     with patch_module_args(args), pytest.raises(SystemExit):
         main()
     return json.loads(capsys.readouterr().out)

@@ -46,8 +46,8 @@ def venv(tmp_path: t.Any, original: bytes) -> t.Any:
     return tmp_path
 
 
-def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
-    return run_module(flashinfer_patch.main, capsys, params, check_mode)
+def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, diff: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
+    return run_module(flashinfer_patch.main, capsys, params, check_mode, diff)
 
 
 def target(venv: t.Any) -> t.Any:
@@ -73,6 +73,27 @@ def test_patch_then_nothing_then_revert(venv: t.Any, original: bytes, capsys: py
     assert target(venv).read_bytes() == original
     assert not os.path.exists(str(target(venv)) + ".inferops-orig")
     assert run(capsys, venv=str(venv), state="absent")["changed"] is False
+
+
+def test_diff_shows_the_change_in_check_mode_and_in_the_run(venv: t.Any, original: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    predicted = run(capsys, check_mode=True, diff=True, venv=str(venv))
+    assert target(venv).read_bytes() == original
+    done = run(capsys, diff=True, venv=str(venv))
+    assert predicted["diff"] == done["diff"]
+    assert done["diff"]["before"] == original.decode() and done["diff"]["after"] == target(venv).read_text()
+    assert done["diff"]["before_header"] == str(target(venv))
+    assert "diff" not in run(capsys, diff=True, venv=str(venv))  # nothing to change, nothing shown
+    assert "diff" not in run(capsys, venv=str(venv), state="absent")  # no --diff, no diff
+
+
+def test_the_file_is_replaced_whole_keeping_its_mode(venv: t.Any, capsys: pytest.CaptureFixture[str]) -> None:
+    os.chmod(target(venv), 0o640)
+    inode = os.stat(target(venv)).st_ino
+    assert run(capsys, venv=str(venv))["changed"] is True
+    assert os.stat(target(venv)).st_mode & 0o777 == 0o640
+    assert os.stat(target(venv)).st_ino != inode  # a new file moved over it, not rewritten in place
+    left = sorted(name for name in os.listdir(target(venv).parent) if name.startswith(".inferops-"))
+    assert left == []
 
 
 def test_check_mode_changes_nothing(venv: t.Any, original: bytes, capsys: pytest.CaptureFixture[str]) -> None:
