@@ -533,11 +533,11 @@ def read_env_file(path: str) -> t.Dict[str, str]:
     return env
 
 
-def service_env(config: t.Dict[str, t.Any]) -> t.Dict[str, str]:
-    """What a unit with EnvironmentFile= gets: the file, plus HOME/USER/LANG of the running user."""
+def service_env(config: t.Dict[str, t.Any], pinned: t.Optional[t.Dict[str, str]] = None) -> t.Dict[str, str]:
+    """What a unit with EnvironmentFile= gets: the file (pinned: as already read), plus HOME/USER/LANG of the running user."""
     user = pwd.getpwuid(os.getuid())
     env = {"HOME": user.pw_dir, "USER": user.pw_name, "LANG": "C.UTF-8", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    env.update(read_env_file(config["env_file"]))
+    env.update(read_env_file(config["env_file"]) if pinned is None else pinned)
     if os.environ.get("INFEROPS_MAX_JOBS"):
         # Compile parallelism from the caller (jit_cache), unless the environment file sets MAX_JOBS itself.
         env.setdefault("MAX_JOBS", os.environ["INFEROPS_MAX_JOBS"])
@@ -550,11 +550,13 @@ def inner(config: t.Dict[str, t.Any], action: str) -> t.Dict[str, t.Any]:
         return {"error": "no Python at %s: check the SGLang venv path (inferops_sglang_venv)" % python}
     request = {"modules": config["modules"], "derive": bool(config.get("derive", True)),
                "sglang_configs": config.get("sglang_config_files") or sglang_configs(config)}
+    pinned = read_env_file(config["env_file"])
     done = subprocess.run([python, "-c", INNER, action, json.dumps(request)],
-                          env=service_env(config), capture_output=True, text=True, check=False)
+                          env=service_env(config, pinned), capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+            # the environment file as the services load it: the roles read it from here (the file's one parser)
+            return dict(json.loads(line[len(MARKER):]), pinned=pinned)
     return {"error": "the venv's Python exited %d: %s" % (done.returncode, (done.stderr or done.stdout).strip()[-2000:])}
 
 

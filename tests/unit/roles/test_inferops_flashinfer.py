@@ -283,3 +283,21 @@ def test_the_readmes_alert_rules_and_scrape_name_only_metrics_the_tool_writes() 
         return [re.sub(r'="[^"]*"', '=""', line) if line.startswith("inferops_flashinfer_info") else line for line in lines]
 
     assert keys(scrape) == keys(written)
+
+
+def test_the_view_carries_the_environment_file_as_read(node: t.Dict[str, t.Any], monkeypatch: t.Any) -> None:
+    """What the roles check the probe against (CUDA_HOME, the arch list, the workspace) is the environment file as this
+    tool read it for the venv's Python: the file's one parser; the child gets exactly those values."""
+    with open(node["env_file"], "a") as handle:
+        handle.write("FLASHINFER_WORKSPACE_BASE='/var/lib/sglang'\nCUDA_HOME='/usr/local/cuda-13.0'\n")
+    seen: t.Dict[str, t.Any] = {}
+
+    def fake_run(argv: t.List[str], env: t.Dict[str, str], **_: t.Any) -> t.Any:
+        seen.update(env)
+        return type("Done", (), {"returncode": 0, "stderr": "", "stdout": tool.MARKER + json.dumps({"archs": ["12.0f"]})})()
+
+    monkeypatch.setattr(tool.subprocess, "run", fake_run)
+    view = tool.inner(node, "probe")
+    assert view["archs"] == ["12.0f"]
+    assert view["pinned"] == tool.read_env_file(node["env_file"])
+    assert view["pinned"]["FLASHINFER_WORKSPACE_BASE"] == "/var/lib/sglang" == seen["FLASHINFER_WORKSPACE_BASE"]
