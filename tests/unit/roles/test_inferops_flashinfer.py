@@ -94,9 +94,19 @@ def test_a_missing_venv_python_is_named(node: t.Dict[str, t.Any]) -> None:
     assert problems == ["no Python at /nonexistent/venv/bin/python: fix inferops_sglang_venv."]
 
 
-def test_the_inner_program_compiles() -> None:
-    compile(tool.INNER, "inner", "exec")
-    assert tool.MARKER in tool.INNER and tool.STAMP in tool.INNER
+def test_the_venv_side_is_run_as_the_file_installed_beside_the_tool(node: t.Dict[str, t.Any], monkeypatch: t.Any) -> None:
+    """The venv's Python runs inferops_flashinfer_venv.py from the tool's own directory (the role installs both there)."""
+    argv: t.List[str] = []
+
+    def fake_run(command: t.List[str], **_: t.Any) -> t.Any:
+        argv.extend(command)
+        return type("Done", (), {"returncode": 0, "stderr": "", "stdout": tool.MARKER + "{}"})()
+
+    monkeypatch.setattr(tool.subprocess, "run", fake_run)
+    tool.inner(node, "probe")
+    assert argv[0] == os.path.join(node["venv"], "bin", "python")
+    assert argv[1] == os.path.join(ROOT, "roles", "flashinfer", "files", "inferops_flashinfer_venv.py")
+    assert argv[2] == "probe" and json.loads(argv[3])["modules"] == ["sampling"]
 
 
 def with_configs(node: t.Dict[str, t.Any], tmp_path: t.Any, **files: str) -> t.Dict[str, t.Any]:

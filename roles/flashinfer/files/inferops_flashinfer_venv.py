@@ -1,0 +1,506 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The half of inferops-flashinfer that runs inside the SGLang venv's Python: FlashInfer's and SGLang's own code decide
+everything it reports.
+
+Run by inferops_flashinfer.py (installed beside it) as `<venv>/bin/python inferops_flashinfer_venv.py ACTION REQUEST`, in
+the services' environment; prints one line MARKER + JSON as its last word. ACTION is probe, plan, warm or parse; REQUEST
+is JSON: modules (recipes or names), derive (bool), sglang_configs (the --config files). FlashInfer, SGLang and torch are
+imported only where they are used, so this file imports on any Python 3 (the tool takes MARKER and STAMP from it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import importlib.metadata
+import io
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import typing as t
+
+# The line the result follows, and the warm-up's record beside FlashInfer's cache (read by the tool and the build store).
+MARKER = "INFEROPS-JSON:"
+STAMP = "inferops-warm.json"
+LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
+SPECS: t.Dict[str, t.List[t.Any]] = {}
+
+Recipe = t.Union[str, t.Dict[str, t.Any]]
+
+
+def getter_specs(getter: t.Callable[..., t.Any], *args: t.Any) -> t.List[t.Any]:
+    """The JIT modules one of FlashInfer's own getters (the functions SGLang calls) builds and loads, recorded instead of
+    built: the names a service will ask for, whatever this FlashInfer release's getter does (0.7.x's fa2 prefill getter
+    builds an equal-stride variant with its own name, which the public gen_* spec function does not name)."""
+    from flashinfer.jit import core  # pylint: disable=import-error
+
+    recorded: t.List[t.Any] = []
+
+    class Anything:
+        def __getattr__(self, name: str) -> Anything:
+            return Anything()
+
+        def __call__(self, *args: t.Any, **kwargs: t.Any) -> Anything:
+            return Anything()
+
+    def record(spec: t.Any) -> Anything:
+        recorded.append(spec)
+        return Anything()
+
+    original = core.JitSpec.build_and_load
+    core.JitSpec.build_and_load = record
+    try:
+        getattr(getter, "__wrapped__", getter)(*args)
+    finally:
+        core.JitSpec.build_and_load = original
+    if not recorded:
+        raise ValueError("FlashInfer's %s built no JIT module here" % getter.__name__)
+    return recorded
+
+
+def make_specs(recipe: Recipe) -> t.List[t.Any]:
+    """The JIT modules of one recipe (what the derivation or an operator names), through FlashInfer's own getters; each
+    recipe's getter runs once per process (derive() and the plan ask for the same recipes)."""
+    key = json.dumps({k: v for k, v in recipe.items() if k != "uris"} if isinstance(recipe, dict) else recipe, sort_keys=True)
+    if key not in SPECS:
+        SPECS[key] = specs_of(recipe)
+    return SPECS[key]
+
+
+def named_recipe(recipe: str) -> t.Dict[str, t.Any]:
+    """An operator's module name (sampling, cascade, norm, <batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>) as a recipe."""
+    if recipe in ("sampling", "cascade", "norm"):
+        return {"kind": recipe}
+    try:
+        kind, dtype_name, head_dim = recipe.split(":")
+        return {"kind": kind, "q": LEGACY[dtype_name], "kv": LEGACY[dtype_name], "o": LEGACY[dtype_name],
+                "head_dim_qk": int(head_dim), "head_dim_vo": int(head_dim), "backend": "fa2"}
+    except (ValueError, KeyError):
+        raise ValueError("unknown module %r (known: sampling, cascade, norm, "
+                         "<batch_decode|batch_prefill>:<bf16|fp16>:<head_dim>)" % recipe) from None
+
+
+def specs_of(recipe: Recipe) -> t.List[t.Any]:
+    # pylint: disable=import-error,import-outside-toplevel
+    if isinstance(recipe, str):
+        recipe = named_recipe(recipe)
+    kind = recipe["kind"]
+    if kind == "sampling":
+        from flashinfer.sampling import get_sampling_module
+        return getter_specs(get_sampling_module)
+    if kind == "cascade":
+        from flashinfer.cascade import get_cascade_module
+        return getter_specs(get_cascade_module)
+    if kind == "norm":
+        from flashinfer.norm import get_norm_module
+        return getter_specs(get_norm_module)
+    if kind not in ("batch_decode", "batch_prefill"):
+        raise ValueError("unknown module kind %r" % kind)
+    import torch
+    q, kv, o = (getattr(torch, recipe[key]) for key in ("q", "kv", "o"))
+    window, cap = bool(recipe.get("sliding_window")), bool(recipe.get("logits_soft_cap"))
+    # SGLang's FlashInfer backend: paged KV cache, int32 indices, no positional encoding in the kernel (NONE = 0).
+    if kind == "batch_decode":
+        from flashinfer.decode import get_batch_decode_module
+        return getter_specs(get_batch_decode_module, q, kv, o, torch.int32, recipe["head_dim_qk"], recipe["head_dim_vo"], 0,
+                            window, cap)
+    from flashinfer.prefill import get_batch_prefill_module
+    return getter_specs(get_batch_prefill_module, recipe.get("backend", "fa2"), q, kv, o, torch.int32,
+                        recipe["head_dim_qk"], recipe["head_dim_vo"], 0, window, cap, False)
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def parse(path: str) -> t.Tuple[t.Any, t.Dict[str, t.Any]]:
+    """SGLang's own parser and resolution of one --config file: what the service would run with, or SGLang's refusal."""
+    from sglang.srt.server_args import prepare_server_args  # pylint: disable=import-error,import-outside-toplevel
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            server_args = prepare_server_args(["--config", path])
+    except SystemExit:
+        raise ValueError("SGLang rejects %s: %s" % (path, (said.getvalue().strip().splitlines() or ["?"])[-1])) from None
+    try:
+        server_args.resolve_once()
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
+    return server_args, server_args.resolved_dict()
+
+
+def model_files(model_path: str) -> t.Optional[t.Dict[str, str]]:
+    """The model directory's JSON files (config.json, generation_config.json, ...): what ModelConfig reads of a model."""
+    if not os.path.isdir(model_path):
+        return None
+    return {os.path.join(model_path, name): digest(os.path.join(model_path, name))
+            for name in sorted(os.listdir(model_path)) if name.endswith(".json")}
+
+
+def derivation_inputs(paths: t.List[str], models: t.List[str], versions: t.Dict[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """Everything a derivation read: the --config files, the models' JSON files, SGLang's and FlashInfer's releases and
+    the GPUs. None when a model is not a local directory (a hub name): such a derivation is not reused."""
+    files = {}
+    for path in paths:
+        files[path] = digest(path)
+    for model in models:
+        found = model_files(model)
+        if found is None:
+            return None
+        files.update(found)
+    return dict(versions, files=files)
+
+
+def reusable(previous: t.Optional[t.Dict[str, t.Any]], paths: t.List[str], versions: t.Dict[str, t.Any]) -> bool:
+    """A recorded derivation whose inputs are all unchanged: SGLang would decide the same again."""
+    recorded = (previous or {}).get("inputs")
+    if not recorded or previous is None or sorted((previous.get("configs") or {}).keys()) != sorted(paths):
+        return False
+    try:
+        models = [model["path"] for entry in previous["configs"].values() for model in entry["models"]]
+        return derivation_inputs(paths, models, versions) == recorded
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    """What each SGLang service will ask of FlashInfer, decided by SGLang's own code: its parser and resolution (the
+    backends, the KV cache dtype) for the service's --config, its ModelConfig of the model directory, and its
+    FlashInfer backend's tensor-core rule (sglang/srt/layers/attention/flashinfer_backend.py)."""
+    # pylint: disable=import-error,import-outside-toplevel,too-many-locals
+    import torch
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.configs.model_config import ModelConfig
+
+    derived: t.Dict[str, t.Any] = {"configs": {}, "recipes": []}
+    for path in paths:
+        server_args, resolved = parse(path)
+        base = resolved.get("attention_backend")
+        backends = {resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base}
+        entry: t.Dict[str, t.Any] = {"sha256": digest(path), "attention_backends": sorted(map(str, backends)),
+                                     "sampling_backend": resolved.get("sampling_backend"), "models": [], "modules": [],
+                                     "not_warmed": []}
+        recipes: t.List[t.Dict[str, t.Any]] = []
+        if resolved.get("sampling_backend") == "flashinfer":
+            recipes.append({"kind": "sampling", "why": "top-k / top-p / min-p requests"})
+        if "flashinfer" in backends:
+            from flashinfer.utils import determine_attention_backend
+            from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
+            from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+            configs = [(model_config_of(server_args), False)]
+            if resolved.get("speculative_draft_model_path"):
+                configs.append((ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]), True))
+            tp = int(resolved.get("tp_size") or 1)
+            for config, draft in configs:
+                dtype = str(config.dtype).replace("torch.", "")
+                # SGLang's own mapping of --kv-cache-dtype for this model (no checkpoint loaded: a checkpoint's own FP8 KV
+                # quantization is not seen here)
+                kv = str(configure_kv_cache_dtype(
+                    server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
+                    is_draft_worker=draft, is_dflash=str(resolved.get("speculative_algorithm") or "").upper() == "DFLASH",
+                    speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+                    speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]).replace("torch.", "")
+                if kv not in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
+                    entry["not_warmed"].append("KV cache %s (%s): not derived; name its modules in flashinfer_jit_modules"
+                                               % (kv, config.model_path))
+                    continue
+                heads, kv_heads = int(config.num_attention_heads) // tp, int(config.get_num_kv_heads(tp))
+                tensor_cores = should_use_tensor_core(kv_cache_dtype=getattr(torch, kv), num_attention_heads=heads,
+                                                      num_kv_heads=kv_heads)
+                window = config.sliding_window_size if config.is_hybrid_swa else None
+                cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
+                head_dim, v_head_dim = int(config.head_dim), int(config.v_head_dim or config.head_dim)
+                entry["models"].append({"path": config.model_path, "dtype": dtype, "kv_cache_dtype": kv, "head_dim": head_dim,
+                                        "heads_per_rank": heads, "kv_heads_per_rank": kv_heads, "gqa_group": heads // max(kv_heads, 1),
+                                        "decode_tensor_cores": bool(tensor_cores), "sliding_window": window, "logit_cap": cap})
+                # The ragged prefill wrapper gets backend "auto": FlashInfer's own choice for this GPU (fa3 on SM 9.0).
+                ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, getattr(torch, dtype),
+                                                     getattr(torch, kv), head_dim_qk=head_dim, head_dim_vo=v_head_dim)
+                for use_window in ([True, False] if window else [False]):
+                    shape = {"q": dtype, "kv": kv, "o": dtype, "sliding_window": use_window, "logits_soft_cap": cap > 0}
+                    recipes.append(dict(shape, kind="batch_prefill", backend="fa2", head_dim_qk=head_dim, head_dim_vo=v_head_dim,
+                                        why="prefill (paged%s)%s" % (", ragged" if ragged == "fa2" else "",
+                                                                    " and decode (tensor cores)" if tensor_cores else "")))
+                    if ragged != "fa2":
+                        recipes.append(dict(shape, kind="batch_prefill", backend=ragged, head_dim_qk=head_dim,
+                                            head_dim_vo=v_head_dim, why="ragged prefill (%s)" % ragged))
+                    if not tensor_cores:
+                        recipes.append(dict(shape, kind="batch_decode", head_dim_qk=head_dim, head_dim_vo=head_dim,
+                                            why="decode (GQA group %d < 4, no tensor cores)" % (heads // max(kv_heads, 1))))
+            recipes.append({"kind": "cascade", "why": "merge_state at the first prefix-cache hit"})
+            from sglang.srt.runtime_context import get_platform
+            if get_platform().is_sm100:
+                entry["not_warmed"].append("FlashInfer attention on SM 10.x: SGLang's ragged prefill takes FlashInfer's CUTLASS "
+                                           "FMHA for head dims 64, 128 and 192/128 (flashinfer_backend.py); that module is not "
+                                           "derived, and the first such request compiles it")
+        if "trtllm_mha" in backends:
+            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's trtllm-gen kernels (the fmha_gen module and the kernel "
+                                       "binaries FlashInfer downloads at run time, or flashinfer-cubin / FLASHINFER_CUBIN_DIR) "
+                                       "are not warmed by these roles; an air-gapped node fails at its first request")
+        others = sorted(str(b) for b in backends if b not in ("flashinfer", "trtllm_mha"))
+        if others:
+            entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
+        entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
+        for recipe in recipes:
+            recipe["uris"] = [spec.name for spec in make_specs(recipe)]
+            entry["modules"].extend(name for name in recipe["uris"] if name not in entry["modules"])
+            if recipe["uris"] not in [known["uris"] for known in derived["recipes"]]:
+                derived["recipes"].append(recipe)
+        derived["configs"][path] = entry
+    derived["inputs"] = derivation_inputs(paths, [model["path"] for entry in derived["configs"].values()
+                                                  for model in entry["models"]], versions)
+    return derived
+
+
+class Progress:
+    """What a warm-up is doing, for the jit_cache role's wait (plugins/action/jit_cache_wait.py), beside the cache."""
+
+    def __init__(self, workspace: t.Optional[str]) -> None:
+        self.path = os.path.join(workspace, "inferops-warm-progress.json") if workspace else None
+        self.state: t.Dict[str, t.Any] = {"done": []}
+
+    def __call__(self, phase: str, **fields: t.Any) -> None:
+        if not self.path:
+            return
+        self.state.update(fields, phase=phase)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path + ".tmp", "w") as handle:
+                json.dump(self.state, handle)
+            os.replace(self.path + ".tmp", self.path)
+        except OSError:
+            pass
+
+
+def up_to_date(spec: t.Any) -> t.Tuple[bool, t.Optional[str]]:
+    """FlashInfer loads a JIT module only after ninja found nothing to rebuild (build_and_load -> build -> write_ninja,
+    run_ninja): a library older than its sources, headers or build file is rebuilt at the first request. So this asks
+    ninja, with the build file FlashInfer would write now, for a dry run. Returns (usable, why not)."""
+    if not spec.is_compiled:
+        return False, "not built"
+    if getattr(spec, "is_aot", False) or not hasattr(spec, "write_ninja"):
+        return True, None
+    spec.write_ninja()
+    try:
+        done = subprocess.run(["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-n", "-d", "explain"],
+                              capture_output=True, text=True, check=False)
+    except OSError as exc:
+        return False, "ninja: %s" % exc
+    if done.returncode == 0 and "no work to do" in done.stdout:
+        return True, None
+    return False, ((done.stderr or done.stdout).strip().splitlines() or ["ninja would rebuild it"])[0]
+
+
+def unheld(path: str) -> bool:
+    """Whether nobody holds the lock file at path (a build that was killed left it behind)."""
+    try:
+        handle = open(path, "a")  # pylint: disable=consider-using-with
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        handle.close()
+
+
+def release(name: str) -> t.Optional[str]:
+    """An installed distribution's version, or None (not installed, or its metadata unreadable)."""
+    try:
+        return importlib.metadata.version(name)
+    except Exception:  # pylint: disable=broad-exception-caught
+        return None
+
+
+def recorded_accepts() -> t.Dict[str, t.Dict[str, t.Any]]:
+    """The file contents SGLang accepted at a recorded warm-up whose inputs (models, SGLang's release) are unchanged:
+    sha256 -> what it resolved. Read from the warm-up records beside FlashInfer's caches, without importing SGLang."""
+    sglang_version = release("sglang")
+    if sglang_version is None:
+        return {}
+    base = os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
+    accepted = {}
+    for stamp in glob.glob(os.path.join(base, ".cache", "flashinfer", "*", "*", STAMP)):
+        try:
+            with open(stamp) as handle:
+                derived = json.load(handle).get("derived") or {}
+            inputs = derived.get("inputs") or {}
+            if inputs.get("sglang") != sglang_version or any(digest(path) != sha for path, sha in inputs["files"].items()):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        for entry in (derived.get("configs") or {}).values():
+            accepted[entry["sha256"]] = {"attention_backends": entry["attention_backends"],
+                                         "sampling_backend": entry["sampling_backend"], "recorded": stamp}
+    return accepted
+
+
+def parse_configs(paths: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
+    """parse: what SGLang resolves for each configuration (or, for one identical to a recorded accepted one, that)."""
+    parsed = {}
+    accepted = recorded_accepts()
+    for path in paths:
+        if digest(path) in accepted:
+            # Identical to a configuration SGLang accepted at the recorded warm-up, with the same models and release.
+            parsed[path] = accepted[digest(path)]
+            continue
+        resolved = parse(path)[1]
+        parsed[path] = {key: resolved.get(key) for key in (
+            "attention_backend", "prefill_attention_backend", "decode_attention_backend", "sampling_backend",
+            "kv_cache_dtype", "page_size", "speculative_algorithm")}
+    return parsed
+
+
+def write_json(path: str, data: t.Any, **options: t.Any) -> None:
+    """data as JSON at path, whole or not at all."""
+    with open(path + ".tmp", "w") as handle:
+        json.dump(data, handle, **options)
+    os.replace(path + ".tmp", path)
+
+
+def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler: logging.Handler) -> None:
+    """probe, plan, warm: FlashInfer's view of this node (release, archs, CUDA, workspace), the derived and configured
+    modules and their state; warm builds the missing ones and records the warm-up."""
+    # pylint: disable=import-error,import-outside-toplevel,too-many-locals,too-many-branches,too-many-statements
+    import flashinfer
+    import torch
+    from flashinfer.jit import core, cpp_ext
+    from flashinfer.jit import env as jit_env
+
+    out["flashinfer_version"] = flashinfer.__version__
+    out["archs"] = sorted("%d.%s" % arch for arch in core.current_compilation_context.TARGET_CUDA_ARCHS)
+    out["workspace"] = str(jit_env.FLASHINFER_WORKSPACE_DIR)
+    out["cuda_home"] = cpp_ext.get_cuda_path()
+    out["cuda_version"] = str(cpp_ext.get_cuda_version())
+    out["sglang_version"] = release("sglang")
+    progress = Progress(out["workspace"] if action == "warm" else None)
+    gpus = sorted(set("%s (%d.%d)" % ((torch.cuda.get_device_name(index),) + tuple(torch.cuda.get_device_capability(index)))
+                      for index in range(torch.cuda.device_count()))) if torch.cuda.is_available() else []
+    versions = {"sglang": out["sglang_version"], "flashinfer": out["flashinfer_version"], "archs": out["archs"], "gpus": gpus}
+    stamp_path = os.path.join(out["workspace"], STAMP)
+    current = {"flashinfer_version": out["flashinfer_version"], "cuda_home": out["cuda_home"],
+               "cuda_version": out["cuda_version"], "archs": out["archs"]}
+    try:
+        with open(stamp_path) as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError):
+        previous = None
+    out["stamp"] = {key: value for key, value in (previous or {}).items() if key != "derived"} or None
+    out["stamp_matches"] = previous is not None and all(previous.get(key) == value for key, value in current.items())
+    if action == "warm" and previous is not None and not out["stamp_matches"]:
+        shutil.rmtree(str(jit_env.FLASHINFER_JIT_DIR), ignore_errors=True)
+        out["cleaned"].append("cache of %s: built with %s, now %s" % (out["workspace"], out["stamp"], current))
+        previous = None
+    if action in ("warm", "plan") and args.get("derive"):
+        # The last derivation: recorded by a warm-up (the stamp), or kept by a plan whose warm-up has not run yet.
+        memo_path = os.path.join(out["workspace"], "inferops-derived.json")
+        recorded, out["derived_from"] = (previous or {}).get("derived"), "warm-up"
+        if not reusable(recorded, args["sglang_configs"], versions):
+            try:
+                with open(memo_path) as handle:
+                    recorded, out["derived_from"] = json.load(handle), "plan"
+            except (OSError, ValueError):
+                recorded = None
+        if reusable(recorded, args["sglang_configs"], versions):
+            # The configurations, the models, the releases and the GPUs are those of that derivation: SGLang is not
+            # imported again (it takes seconds per run on every node).
+            out["derived"] = dict(t.cast(t.Dict[str, t.Any], recorded), reused=True)
+        else:
+            out["derived_from"] = "SGLang"
+            progress("deriving", since=time.time())
+            out["derived"] = derive(args["sglang_configs"], versions)
+            # SGLang's imports reconfigure logging: listen again
+            logging.getLogger().addHandler(handler)
+            try:
+                os.makedirs(out["workspace"], exist_ok=True)
+                write_json(memo_path, out["derived"], sort_keys=True)
+            except OSError:
+                pass
+    elif previous is not None:
+        out["derived"] = previous.get("derived")
+    recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
+    seen: t.Set[str] = set()
+    planned = []
+    for recipe in recipes:
+        for spec in make_specs(recipe):
+            if spec.name in seen:
+                continue
+            seen.add(spec.name)
+            name = recipe if isinstance(recipe, str) else recipe["kind"]
+            entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
+                     "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
+            planned.append((spec, entry, up_to_date(spec)))
+    to_build = [entry["name"] for spec, entry, (usable, why) in planned if not usable]
+    for spec, entry, state in planned:
+        usable, why = state
+        if action == "warm" and not usable:
+            progress("building", module=entry["name"], why=entry["why"], index=len(progress.state["done"]) + 1,
+                     total=len(to_build), since=time.time())
+            lock = str(spec.lock_path)
+            if os.path.exists(lock) and unheld(lock):
+                os.unlink(lock)
+                out["cleaned"].append("stale lock %s" % lock)
+            build_dir = os.path.dirname(entry["library"])
+            if not spec.is_compiled and os.path.isdir(build_dir) and unheld(lock):
+                shutil.rmtree(build_dir)
+                out["cleaned"].append("half-built %s" % build_dir)
+            elif spec.is_compiled:
+                out["cleaned"].append("out of date %s (%s): ninja rebuilds it" % (spec.name, why))
+            started = time.monotonic()
+            spec.build()
+            entry["built"] = True
+            entry["seconds"] = round(time.monotonic() - started, 1)
+            progress.state["done"].append({"name": entry["name"], "seconds": entry["seconds"]})
+            usable, why = up_to_date(spec)
+        entry["compiled"] = usable
+        if spec.is_compiled and not usable:
+            entry["out_of_date"] = why
+        out["modules"].append(entry)
+    # What makes a built module valid on a node: a node whose fingerprint matches can use another's build as it is.
+    out["fingerprint_fields"] = {"format": 1, "flashinfer": out["flashinfer_version"], "sglang": out["sglang_version"],
+                                 "archs": out["archs"], "cuda_home": out["cuda_home"], "nvcc": out["cuda_version"],
+                                 "workspace": out["workspace"], "modules": sorted(entry["uri"] for entry in out["modules"])}
+    out["fingerprint"] = hashlib.sha256(json.dumps(out["fingerprint_fields"], sort_keys=True).encode()).hexdigest()[:32]
+    if action == "warm":
+        progress("done")
+        os.makedirs(out["workspace"], exist_ok=True)
+        record = {key: value for key, value in (out["derived"] or {}).items() if key != "reused"} or None
+        write_json(stamp_path, dict(current, derived=record), indent=2, sort_keys=True)
+        out["stamp"] = current
+        out["stamp_matches"] = True
+
+
+def main(argv: t.List[str]) -> int:
+    action, args = argv[0], json.loads(argv[1])
+    captured = io.StringIO()
+    handler = logging.StreamHandler(captured)
+    logging.getLogger().addHandler(handler)
+    out: t.Dict[str, t.Any] = {"warnings": [], "modules": [], "cleaned": [], "derived": None}
+    try:
+        if action == "parse":
+            out["parsed"] = {}
+            out["parsed"] = parse_configs(args["sglang_configs"])
+        else:
+            view(action, args, out, handler)
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        out["error"] = "%s: %s" % (type(exc).__name__, exc)
+    if action != "parse":
+        out["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
+    print(MARKER + json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

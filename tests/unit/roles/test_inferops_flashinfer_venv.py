@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The venv side of the node tool (roles/flashinfer/files/inferops_flashinfer_venv.py): what it decides without FlashInfer,
+SGLang or torch (module names, reuse of a derivation, ninja's verdict, stale locks, its result line). What FlashInfer and
+SGLang decide through it is tested on lab nodes with their real code (molecule) and on the H200 (tests/device)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import types
+import typing as t
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
+
+import inferops_flashinfer_venv as side  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer_venv.py
+import pytest  # noqa: E402
+
+
+def test_an_operators_module_name_becomes_a_recipe() -> None:
+    assert side.named_recipe("sampling") == {"kind": "sampling"}
+    assert side.named_recipe("batch_prefill:bf16:128") == {
+        "kind": "batch_prefill", "q": "bfloat16", "kv": "bfloat16", "o": "bfloat16", "head_dim_qk": 128, "head_dim_vo": 128,
+        "backend": "fa2"}
+    for bad in ("attention", "batch_prefill:fp32:128", "batch_decode:bf16", "batch_decode:bf16:x"):
+        with pytest.raises(ValueError, match=r"unknown module .*known: sampling, cascade, norm"):
+            side.named_recipe(bad)
+
+
+@pytest.fixture(name="flashinfer_core")
+def fixture_flashinfer_core(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """A stand-in for flashinfer.jit.core: just the JitSpec.build_and_load that getter_specs records instead of running."""
+    class JitSpec:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def build_and_load(self) -> str:
+            raise AssertionError("getter_specs must not build")
+
+    core = types.SimpleNamespace(JitSpec=JitSpec)
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit", types.SimpleNamespace(core=core))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit.core", core)
+    return core
+
+
+def test_a_getters_modules_are_recorded_not_built(flashinfer_core: types.SimpleNamespace) -> None:
+    def get_two_modules(suffix: str) -> t.Any:
+        first = flashinfer_core.JitSpec("prefill_" + suffix).build_and_load()
+        first.run()  # what the getter does with a loaded module is absorbed
+        return flashinfer_core.JitSpec("prefill_%s_kv_stride_equal" % suffix).build_and_load()
+
+    specs = side.getter_specs(get_two_modules, "bf16")
+    assert [spec.name for spec in specs] == ["prefill_bf16", "prefill_bf16_kv_stride_equal"]
+    assert flashinfer_core.JitSpec.build_and_load.__name__ == "build_and_load"  # put back
+
+
+def test_a_getter_that_builds_nothing_is_an_error(flashinfer_core: types.SimpleNamespace) -> None:
+    def get_nothing() -> None:
+        return None
+
+    with pytest.raises(ValueError, match="built no JIT module"):
+        side.getter_specs(get_nothing)
+
+
+def test_each_recipe_asks_flashinfer_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: t.List[t.Any] = []
+    monkeypatch.setattr(side, "SPECS", {})
+    monkeypatch.setattr(side, "specs_of", lambda recipe: asked.append(recipe) or ["spec"])
+    recipe = {"kind": "cascade", "why": "merge_state"}
+    assert side.make_specs(recipe) == ["spec"]
+    assert side.make_specs(dict(recipe, uris=["x"])) == ["spec"]  # the names found later do not make it another recipe
+    assert asked == [recipe]
+
+
+@pytest.fixture(name="derivation")
+def fixture_derivation(tmp_path: t.Any) -> t.Dict[str, t.Any]:
+    """A configuration and a model directory a derivation read, and its record."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_attention_heads": 32}')
+    (model / "weights.bin").write_text("not read")
+    config = tmp_path / "sglang-ar.yaml"
+    config.write_text("model-path: %s\n" % model)
+    versions = {"sglang": "0.5.23", "flashinfer": "0.7.2", "archs": ["12.1a"], "gpus": []}
+    record = {"configs": {str(config): {"models": [{"path": str(model)}]}},
+              "inputs": side.derivation_inputs([str(config)], [str(model)], versions)}
+    return {"config": config, "model": model, "versions": versions, "record": record}
+
+
+def test_a_derivation_is_reused_while_what_it_read_is_unchanged(derivation: t.Dict[str, t.Any]) -> None:
+    paths, versions, record = [str(derivation["config"])], derivation["versions"], derivation["record"]
+    assert sorted(record["inputs"]["files"]) == sorted([paths[0], str(derivation["model"] / "config.json")])
+    assert side.reusable(record, paths, versions) is True
+    assert side.reusable(record, paths, dict(versions, sglang="0.5.24")) is False
+    assert side.reusable(record, paths + ["/etc/inferops/sglang/sglang-spec.yaml"], versions) is False
+    (derivation["model"] / "config.json").write_text('{"num_attention_heads": 64}')
+    assert side.reusable(record, paths, versions) is False
+    assert side.reusable(None, paths, versions) is False
+
+
+def test_a_model_that_is_not_a_local_directory_is_derived_again(derivation: t.Dict[str, t.Any]) -> None:
+    assert side.derivation_inputs([str(derivation["config"])], ["meta-llama/Llama-3.1-8B"], derivation["versions"]) is None
+
+
+def test_ninja_decides_whether_a_built_module_is_up_to_date(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    source, library = tmp_path / "kernel.cu", tmp_path / "kernel.so"
+    ninja = tmp_path / "build.ninja"
+
+    class Spec:
+        is_compiled = True
+        build_dir, ninja_path = tmp_path, ninja
+
+        def write_ninja(self) -> None:
+            ninja.write_text("rule copy\n  command = cp $in $out\nbuild %s: copy %s\n" % (library, source))
+
+    source.write_text("v1")
+    Spec().write_ninja()
+    subprocess.run(["ninja", "-C", str(tmp_path), "-f", str(ninja)], check=True, capture_output=True)  # the build, its log
+    assert side.up_to_date(Spec()) == (True, None)
+    os.utime(source, (os.stat(library).st_mtime + 10,) * 2)
+    # a source newer than the library: FlashInfer would rebuild at the first request
+    usable, why = side.up_to_date(Spec())
+    assert usable is False and why and "kernel" in why
+    Spec.is_compiled = False
+    assert side.up_to_date(Spec()) == (False, "not built")
+
+
+def test_a_lock_nobody_holds_is_stale(tmp_path: t.Any) -> None:
+    lock = str(tmp_path / "module.lock")
+    assert side.unheld(lock) is True
+    with open(lock, "a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        assert side.unheld(lock) is False
+    assert side.unheld(str(tmp_path / "no-such-dir" / "module.lock")) is False
+
+
+def test_progress_is_written_whole_for_a_warm_up_only(tmp_path: t.Any) -> None:
+    progress = side.Progress(str(tmp_path / "workspace"))
+    progress("building", module="sampling", index=1, total=2)
+    with open(str(tmp_path / "workspace" / "inferops-warm-progress.json")) as handle:
+        assert json.load(handle) == {"done": [], "phase": "building", "module": "sampling", "index": 1, "total": 2}
+    assert not [name for name in os.listdir(str(tmp_path / "workspace")) if name.endswith(".tmp")]
+    side.Progress(None)("building")  # a plan or a probe writes nothing
+
+
+def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(capsys: pytest.CaptureFixture[str],
+                                                                              tmp_path: t.Any) -> None:
+    config = tmp_path / "sglang-ar.yaml"
+    config.write_text("model-path: /models/demo\n")
+    assert side.main(["parse", json.dumps({"sglang_configs": [str(config)], "modules": [], "derive": True})]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(side.MARKER)
+    result = json.loads(last[len(side.MARKER):])
+    assert result["parsed"] == {} and "sglang" in result["error"]
