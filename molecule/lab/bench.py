@@ -39,11 +39,12 @@ import typing as t
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import labctl  # noqa: E402 -- the lab's own node tooling
+from labkit import common as labcommon  # noqa: E402 -- the lab's own tooling
+from labkit import nodes as labnodes  # noqa: E402
 
-ROOT = labctl.ROOT
-BENCH = os.path.normpath(os.path.join(labctl.STATE, "..", "bench"))
-NVCC_LOG = os.path.join(labctl.STATE, "nvcc-cache", "log.jsonl")
+ROOT = labcommon.ROOT
+BENCH = os.path.normpath(os.path.join(labcommon.STATE, "..", "bench"))
+NVCC_LOG = os.path.join(labcommon.STATE, "nvcc-cache", "log.jsonl")
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 CACHES = ["/var/lib/sglang/.cache/flashinfer", "/var/lib/sglang/.cache/sglang"]
 STEPS = ("converge_1", "converge_n", "converge_other", "noop_1", "noop_n", "jit_cache_warm", "remediate_1", "remediate_store", "remediate_no_store")
@@ -89,7 +90,7 @@ def write_inventory(nodes: t.List[Node]) -> str:
         group["hosts"][node.name] = {"ansible_host": node.address, "lab_gpu_profile": node.profile}
     inventory = {"all": {"vars": {
         "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
-        "ansible_ssh_private_key_file": labctl.ssh_key(),
+        "ansible_ssh_private_key_file": labcommon.ssh_key(),
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"},
         "children": {"sglang_nodes": {"children": groups}}}}
     path = os.path.join(BENCH, "hosts.yml")
@@ -129,7 +130,7 @@ def node_cpu(nodes: t.List[Node]) -> t.Dict[str, float]:
     used = {}
     for node in nodes:
         try:
-            with open(os.path.join(labctl.Node(node.name).cgroup, "cpu.stat")) as handle:
+            with open(os.path.join(labnodes.Node(node.name).cgroup, "cpu.stat")) as handle:
                 used[node.name] = int(handle.readline().split()[1]) / 1e6
         except (OSError, IndexError, ValueError):
             used[node.name] = 0.0
@@ -204,8 +205,8 @@ def main(argv: t.List[str]) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.nodes > 40:
         raise SystemExit("bench: --nodes must be between 2 and 40")
-    labctl.require_root()
-    others = [name for name in labctl.known_nodes() if not name.startswith("bench-")]
+    labcommon.require_root()
+    others = [name for name in labnodes.known_nodes() if not name.startswith("bench-")]
     if others:
         raise SystemExit("bench: other lab nodes are running (%s); they would share the cores being measured. "
                          "Stop them first (make lab-down)" % ", ".join(others))
