@@ -30,7 +30,8 @@ DEBIAN_MIRROR = os.environ.get("INFEROPS_LAB_DEBIAN_MIRROR", "http://deb.debian.
 BASE_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt", "iproute2", "ca-certificates",
     "sudo", "openssh-server", "g++", "procps", "less",
-    # what a stock Ubuntu server has and cuda_toolkit's apt method installs where missing (deb822_repository needs it)
+    # cuda_toolkit's apt method installs it where missing (deb822_repository needs it); in the image, because lab nodes
+    # reach the lab's mirror only, not Debian's archive
     "python3-debian",
 ]
 BRIDGE = "iflab0"
