@@ -227,8 +227,15 @@ def argspec_problems(values: t.Any, options: t.Any, role: str = "") -> t.List[st
     return [" ".join(str(message).split()) + where for message in result.error_messages]
 
 
+def pip_hash_requirements(pins: t.Sequence[str], hashes: t.Mapping[str, t.Sequence[str]]) -> str:
+    """pip's requirements in hash-checking mode: one line per exact pin with each of its sha256 digests (a pin without any
+    is written bare, and pip then refuses the whole set: the roles' input checks name such pins first)."""
+    return "".join("%s%s\n" % (pin, "".join(" --hash=sha256:%s" % sha for sha in hashes.get(pin, []))) for pin in pins)
+
+
 class FilterModule:
-    """inferops.blackwell input checks."""
+    """inferops.blackwell input checks, and the pip requirements they vouch for."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems, "argspec_problems": argspec_problems}
+        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems, "argspec_problems": argspec_problems,
+                "pip_hash_requirements": pip_hash_requirements}

@@ -11,6 +11,7 @@ import typing as t
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.inferops.blackwell.plugins.filter import inputs
 from ansible_collections.inferops.blackwell.plugins.filter.inputs import argspec_problems, env_extra_problems, input_problems
 
 MANAGED = ["CUDA_HOME", "PATH", "LD_LIBRARY_PATH"]
@@ -253,3 +254,12 @@ def test_sha256_map_refuses_anything_else_naming_the_variable_and_the_form(value
     assert len(problems) == 1
     assert problems[0].startswith("cuda_toolkit_pip_hashes")
     assert 'give {"name==version": ["<sha256>", ...]}, each digest 64 lower-case hex digits' in problems[0]
+
+
+def test_pip_hash_requirements_pins_each_wheel_to_its_digests() -> None:
+    """One requirements text for cuda_toolkit's wheels and flashinfer's upgrade: pins in order, every digest of each, a
+    pin without digests bare (pip then refuses the set: the input checks name it first)."""
+    text = inputs.pip_hash_requirements(["a==1", "b==2", "c==3"], {"a==1": ["aa", "ab"], "b==2": ["bb"], "x==9": ["xx"]})
+    assert text == "a==1 --hash=sha256:aa --hash=sha256:ab\nb==2 --hash=sha256:bb\nc==3\n"
+    assert inputs.pip_hash_requirements([], {"a==1": ["aa"]}) == ""
+    assert inputs.FilterModule().filters()["pip_hash_requirements"] is inputs.pip_hash_requirements
