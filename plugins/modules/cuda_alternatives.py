@@ -26,7 +26,8 @@ attributes:
   check_mode:
     support: full
   diff_mode:
-    support: none
+    support: full
+    details: The two groups (C(cuda-<major>), C(cuda)) as update-alternatives keeps them, before and after.
   platform:
     platforms: debian
 options:
@@ -117,6 +118,18 @@ def predicted(state: t.Optional[t.Dict[str, t.Any]], link: str, prefix: str, pri
     return new
 
 
+def describe(groups: t.Mapping[str, t.Optional[t.Dict[str, t.Any]]]) -> str:
+    """The groups as --diff shows them: status and value, then each alternative with its priority."""
+    lines = []
+    for name, state in groups.items():
+        if state is None:
+            lines.append("%s: (no group)" % name)
+            continue
+        lines.append("%s: %s, %s -> %s" % (name, state.get("status"), state.get("link"), state.get("value")))
+        lines.extend("  %s %s" % (path, priority) for path, priority in sorted(state.get("alternatives", {}).items()))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -136,8 +149,10 @@ def main() -> None:
     alternatives = Alternatives(module)
     root = module.params["link_root"]
     priority = module.params["priority"]
-    alternatives.ensure("cuda-" + match.group(1), os.path.join(root, "cuda-" + match.group(1)), prefix, priority)
-    state = alternatives.ensure("cuda", os.path.join(root, "cuda"), prefix, priority)
+    names = ["cuda-" + match.group(1), "cuda"]
+    before = {name: alternatives.query(name) for name in names}
+    after = {names[0]: alternatives.ensure(names[0], os.path.join(root, names[0]), prefix, priority)}
+    state = after["cuda"] = alternatives.ensure("cuda", os.path.join(root, "cuda"), prefix, priority)
     default = os.path.realpath(os.path.join(root, "cuda")) if os.path.lexists(os.path.join(root, "cuda")) else None
     if state is not None:
         choice = toolkit.default_choice(state, prefix, module.params["set_default"])
@@ -145,7 +160,13 @@ def main() -> None:
             alternatives.call(["--set", "cuda", choice])
             state["value"] = choice
         default = state["value"]
-    module.exit_json(changed=bool(alternatives.actions), actions=alternatives.actions, default=default)
+    extra = {}
+    if alternatives.actions and module._diff:
+        if not module.check_mode:
+            after = {name: alternatives.query(name) for name in names}
+        extra["diff"] = {"before_header": "update-alternatives", "after_header": "update-alternatives",
+                         "before": describe(before), "after": describe(after)}
+    module.exit_json(changed=bool(alternatives.actions), actions=alternatives.actions, default=default, **extra)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ attributes:
   check_mode:
     support: full
   diff_mode:
-    support: none
+    support: full
+    details: The toolkit's manifest (the wheels it was laid out from), before and after.
   platform:
     platforms: posix
 options:
@@ -208,6 +209,15 @@ def main() -> None:
         module.fail_json(msg="pins: %s" % exc)
     action, reason = plan(module, prefix, release, manifest)
     result: t.Dict[str, t.Any] = {"prefix": prefix, "action": action, "reason": reason, "changed": action in ("install", "update", "repair")}
+    if result["changed"] and module._diff:
+        path = os.path.join(prefix, toolkit.MANIFEST)
+        try:
+            with open(path) as handle:
+                before = handle.read()
+        except OSError:
+            before = ""
+        result["diff"] = {"before_header": path, "after_header": path, "before": before,
+                          "after": json.dumps(manifest, indent=2, sort_keys=True) + "\n"}
     if result["changed"] and not module.check_mode:
         compiler = module.params["compiler"] or module.get_bin_path("cc") or module.get_bin_path("gcc")
         if not compiler:

@@ -60,12 +60,28 @@ def alternatives(monkeypatch: pytest.MonkeyPatch, tmp_path: t.Any) -> FakeAltern
     return fake
 
 
-def run(capsys: pytest.CaptureFixture[str], tmp_path: t.Any, check_mode: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
+def run(capsys: pytest.CaptureFixture[str], tmp_path: t.Any, check_mode: bool = False, diff: bool = False,
+        **params: t.Any) -> t.Dict[str, t.Any]:
     prefix = tmp_path / "cuda-13.0"
     prefix.mkdir(exist_ok=True)
     args: t.Dict[str, t.Any] = {"prefix": str(prefix), "priority": 130, "link_root": str(tmp_path)}
     args.update(params)
-    return run_module(cuda_alternatives.main, capsys, args, check_mode)
+    return run_module(cuda_alternatives.main, capsys, args, check_mode, diff)
+
+
+def test_diff_shows_the_groups_before_and_after(alternatives: FakeAlternatives, tmp_path: t.Any,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--diff shows both groups as update-alternatives keeps them; check mode shows what the run then does."""
+    alternatives.register("cuda", str(tmp_path / "cuda"), "/usr/local/cuda-12.8", 128)
+    prefix = str(tmp_path / "cuda-13.0")
+    predicted = run(capsys, tmp_path, check_mode=True, diff=True)["diff"]
+    done = run(capsys, tmp_path, diff=True)
+    assert done["diff"]["before"] == predicted["before"] == (
+        "cuda-13: (no group)\ncuda: auto, %s -> /usr/local/cuda-12.8\n  /usr/local/cuda-12.8 128\n" % (tmp_path / "cuda"))
+    assert "cuda-13: auto, %s -> %s\n  %s 130\n" % (tmp_path / "cuda-13", prefix, prefix) in done["diff"]["after"]
+    assert "  %s 130\n" % prefix in done["diff"]["after"].split("cuda: ", 1)[1]
+    assert done["diff"]["after"].split("cuda: ", 1)[1].split("\n")[0].endswith("-> /usr/local/cuda-12.8")
+    assert "diff" not in run(capsys, tmp_path, diff=True)  # nothing to do, nothing shown
 
 
 def test_system_12_8_keeps_the_default(alternatives: FakeAlternatives, tmp_path: t.Any, capsys: pytest.CaptureFixture[str]) -> None:

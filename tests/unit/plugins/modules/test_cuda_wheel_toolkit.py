@@ -17,8 +17,17 @@ from module_runner import run_module
 PINS = ["nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime==13.0.96", "nvidia-nvvm==13.0.88", "nvidia-curand==10.4.0.35"]
 
 
-def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
-    return run_module(cuda_wheel_toolkit.main, capsys, params, check_mode)
+def run(capsys: pytest.CaptureFixture[str], check_mode: bool = False, diff: bool = False, **params: t.Any) -> t.Dict[str, t.Any]:
+    return run_module(cuda_wheel_toolkit.main, capsys, params, check_mode, diff)
+
+
+def test_diff_shows_the_manifest_to_be_written(setup: t.Dict[str, t.Any], capsys: pytest.CaptureFixture[str]) -> None:
+    predicted = run(capsys, check_mode=True, diff=True, **setup)["diff"]
+    assert predicted["before"] == "" and predicted["before_header"] == os.path.join(setup["prefix"], ".inferops-toolkit.json")
+    run(capsys, diff=True, **setup)
+    with open(os.path.join(setup["prefix"], ".inferops-toolkit.json")) as handle:
+        assert handle.read() == predicted["after"]
+    assert "diff" not in run(capsys, diff=True, **setup)
 
 
 @pytest.fixture
