@@ -125,12 +125,11 @@ def find(module: AnsibleModule, venv: str) -> t.Tuple[str, str]:
     sites = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
     for site in sites:
         path = os.path.join(site, TARGET)
-        metadata = sorted(glob.glob(os.path.join(site, "flashinfer_python-*.dist-info", "METADATA")))
-        if os.path.exists(path) and metadata:
-            with open(metadata[-1]) as handle:
-                for line in handle:
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip(), path
+        # the release as every role reads it: the name of the dist-info directory pip installed
+        # (roles/inferops/tasks/flashinfer_release.yml)
+        dist_infos = sorted(glob.glob(os.path.join(site, "flashinfer_python-*.dist-info")))
+        if os.path.exists(path) and dist_infos:
+            return os.path.basename(dist_infos[-1])[len("flashinfer_python-"):-len(".dist-info")], path
     module.fail_json(msg="no FlashInfer (flashinfer-python) in %s: check inferops_sglang_venv" % venv)
     raise AssertionError("unreachable")
 

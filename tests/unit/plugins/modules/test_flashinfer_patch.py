@@ -102,8 +102,8 @@ def test_check_mode_changes_nothing(venv: t.Any, original: bytes, capsys: pytest
 
 
 def test_unknown_release_is_refused(venv: t.Any, capsys: pytest.CaptureFixture[str]) -> None:
-    meta = venv / "lib" / "python3.11" / "site-packages" / "flashinfer_python-0.6.18.dist-info" / "METADATA"
-    meta.write_text("Name: flashinfer-python\nVersion: 0.6.9\n")
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "flashinfer_python-0.6.18.dist-info").rename(site / "flashinfer_python-0.6.9.dist-info")  # what pip installed
     result = run(capsys, venv=str(venv))
     assert result["failed"] is True and "0.6.9 is not a release this patch knows" in result["msg"]
 
