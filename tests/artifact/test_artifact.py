@@ -146,7 +146,7 @@ def test_installed_service_role_refuses_bad_settings_before_any_change(installed
     playbook = tmp / "bad-service.yml"
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: inferops.blackwell.sglang_service\n"
-        "      inferops_sglang_config_dir: %s/sglang-config\n"
+        "      vars: {inferops_sglang_config_dir: %s/sglang-config}\n"
         "      sglang_service_ar: {model_path: /models/m, tp_size: 3}\n" % tmp)
     env = dict(installed["env"], PATH=profile_bin(tmp, "rtx-pro-6000-x8") + ":" + installed["env"]["PATH"])
     done = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=%s/python" % BIN, str(playbook)],
