@@ -43,9 +43,10 @@ from labkit.common import (
 from labkit.mirror import mirror_wheels
 
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import toolkit
+import toolkit  # the collection's own wheel layout code (module_utils/toolkit.py), reused by the lab
 
 # --- layer 1: base --------------------------------------------------------------------------------------
+
 
 def build_base() -> str:
     base = os.path.join(STATE, "base")

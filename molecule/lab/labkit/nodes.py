@@ -43,6 +43,7 @@ from labkit.mirror import serve_mirror, stop_mirror, stop_store
 
 # --- nodes ------------------------------------------------------------------------------------------------
 
+
 class Node:
     def __init__(self, name: str) -> None:
         if not name.replace("-", "").isalnum() or len(name) > 40:

@@ -45,10 +45,10 @@ def getter_specs(getter: t.Callable[..., t.Any], *args: t.Any) -> t.List[t.Any]:
     recorded: t.List[t.Any] = []
 
     class Anything:
-        def __getattr__(self, name: str) -> Anything:
+        def __getattr__(self, name: str) -> t.Any:
             return Anything()
 
-        def __call__(self, *args: t.Any, **kwargs: t.Any) -> Anything:
+        def __call__(self, *args: t.Any, **kwargs: t.Any) -> t.Any:
             return Anything()
 
     def record(spec: t.Any) -> Anything:
@@ -228,9 +228,10 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
                                                      getattr(torch, kv), head_dim_qk=head_dim, head_dim_vo=v_head_dim)
                 for use_window in ([True, False] if window else [False]):
                     shape = {"q": dtype, "kv": kv, "o": dtype, "sliding_window": use_window, "logits_soft_cap": cap > 0}
+                    why = "prefill (paged%s)%s" % (", ragged" if ragged == "fa2" else "",
+                                                   " and decode (tensor cores)" if tensor_cores else "")
                     recipes.append(dict(shape, kind="batch_prefill", backend="fa2", head_dim_qk=head_dim, head_dim_vo=v_head_dim,
-                                        why="prefill (paged%s)%s" % (", ragged" if ragged == "fa2" else "",
-                                                                    " and decode (tensor cores)" if tensor_cores else "")))
+                                        why=why))
                     if ragged != "fa2":
                         recipes.append(dict(shape, kind="batch_prefill", backend=ragged, head_dim_qk=head_dim,
                                             head_dim_vo=v_head_dim, why="ragged prefill (%s)" % ragged))

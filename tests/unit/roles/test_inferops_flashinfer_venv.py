@@ -150,8 +150,8 @@ def test_progress_is_written_whole_for_a_warm_up_only(tmp_path: t.Any) -> None:
     side.Progress(None)("building")  # a plan or a probe writes nothing
 
 
-def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(capsys: pytest.CaptureFixture[str],
-                                                                              tmp_path: t.Any) -> None:
+def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(
+        capsys: pytest.CaptureFixture[str], tmp_path: t.Any) -> None:
     config = tmp_path / "sglang-ar.yaml"
     config.write_text("model-path: /models/demo\n")
     assert side.main(["parse", json.dumps({"sglang_configs": [str(config)], "modules": [], "derive": True})]) == 0
