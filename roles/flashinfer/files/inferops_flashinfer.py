@@ -94,9 +94,8 @@ def sglang_configs(config: t.Dict[str, t.Any]) -> t.List[str]:
     return [os.path.join(directory, name) for name in names]
 
 
-def digest(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
+# a file's sha256, as the venv side computes it for the derivation's inputs
+digest = venv_side.digest
 
 
 def read_env_file(path: str) -> t.Dict[str, str]:
