@@ -263,3 +263,27 @@ def test_pip_hash_requirements_pins_each_wheel_to_its_digests() -> None:
     assert text == "a==1 --hash=sha256:aa --hash=sha256:ab\nb==2 --hash=sha256:bb\nc==3\n"
     assert inputs.pip_hash_requirements([], {"a==1": ["aa"]}) == ""
     assert inputs.FilterModule().filters()["pip_hash_requirements"] is inputs.pip_hash_requirements
+
+
+class _TaggedStr(str):
+    """Stands for Ansible's tagged strings (a str subclass)."""
+
+
+class _LazyList(list):  # type: ignore[type-arg]
+    """Stands for Ansible's templated list (a list subclass whose deep copy templates every element again)."""
+
+    def __deepcopy__(self, memo: t.Dict[int, t.Any]) -> t.Any:
+        raise AssertionError("the argument spec validator deep-copied a templated container")
+
+
+def test_plain_hands_the_validator_python_s_own_types() -> None:
+    value = {_TaggedStr("name"): _LazyList([_TaggedStr("a"), (1, 2.5), {"k": None}, True])}
+    copy = inputs.plain(value)
+    assert copy == {"name": ["a", [1, 2.5], {"k": None}, True]}
+    assert type(next(iter(copy))) is str and type(copy["name"]) is list and type(copy["name"][0]) is str
+    # the validator deep-copies its input: with plain copies it never copies Ansible's containers
+    options, defaults = spec_and_defaults("cuda_toolkit")
+    given = dict(defaults, cuda_toolkit_pip_wheels=_LazyList([_TaggedStr("nvidia-cuda-nvcc==13.0.88")]),
+                 cuda_toolkit_pip_hashes={"nvidia-cuda-nvcc==13.0.88": _LazyList(["0" * 64])})
+    assert argspec_problems(given, options, "cuda_toolkit") == []
+    assert argspec_problems(dict(given, cuda_toolkit_apt_hold=_LazyList(["x"])), options, "cuda_toolkit")
