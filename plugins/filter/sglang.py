@@ -17,6 +17,11 @@ from ansible.errors import AnsibleFilterError
 # unit name -> the role variable that describes it (for messages that name what to change)
 SERVICES = {"sglang-ar": "sglang_service_ar", "sglang-spec": "sglang_service_spec"}
 KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# The keys every service's settings carry: the role lays the operator's keys over its base (the argument spec's
+# sub-option defaults, vars/main.yml); this filter keeps no defaults of its own.
+KEYS = ("enabled", "model_path", "served_model_name", "host", "port", "gpus", "tp_size", "dp_size", "attention_backend",
+        "sampling_backend", "mem_fraction_static", "extra_args")
+SPEC_KEYS = KEYS + ("speculative_algorithm", "draft_model_path") + KNOBS + ("dflash_block_size",)
 # flags the role writes itself; extra_args may not set them
 MANAGED_FLAGS = frozenset((
     "model-path", "model", "served-model-name", "host", "port", "tp-size", "tp", "tensor-parallel-size", "dp-size", "dp",
@@ -105,7 +110,8 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
                             "or configuration file)" % (var, key, value))
     if len(problems) > found:
         return {}
-    raw_gpus = settings.get("gpus") or list(range(gpu_count))
+    # an empty list selects every GPU (documented so)
+    raw_gpus = settings["gpus"] or list(range(gpu_count))
     if not isinstance(raw_gpus, (list, tuple)):
         problems.append("%s.gpus=%r: give a list of GPU indexes, for example [0, 1]" % (var, raw_gpus))
         raw_gpus = []
@@ -120,23 +126,23 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         problems.append("%s.gpus spans GPUs of different SM (%s): one service runs on one kind of GPU; set %s.gpus to one "
                         "kind (and the other service's gpus to the other)"
                         % (var, "; ".join("SM %s: GPU %s" % (sm, ", ".join(map(str, idx))) for sm, idx in families.items()), var))
-    model = settings.get("model_path") or ""
+    model = settings["model_path"]
     if not model:
         problems.append("%s.model_path is empty: set the model directory (or hub id), or %s.enabled: false" % (var, var))
     elif not isinstance(model, str) or not _MODEL_RE.fullmatch(model):
         problems.append("%s.model_path=%r: give an absolute directory (letters, digits and . _ - + @ /) or a hub id "
                         "such as org/name" % (var, model))
         model = ""
-    host = str(settings.get("host") or "127.0.0.1")
+    host = str(settings["host"])
     if not _HOST_RE.fullmatch(host):
         problems.append("%s.host=%r: give an IP address or a host name" % (var, host))
-    port = _integer(var, "port", settings.get("port"), problems)
+    port = _integer(var, "port", settings["port"], problems)
     if port is not None and not FIRST_UNPRIVILEGED_PORT <= port <= 65535:
         problems.append("%s.port=%d: give a port from %d to 65535 (the service runs unprivileged)"
                         % (var, port, FIRST_UNPRIVILEGED_PORT))
     port = port or 0
-    dp = _integer(var, "dp_size", settings.get("dp_size", 1), problems)
-    tp = _integer(var, "tp_size", settings.get("tp_size", 0), problems)
+    dp = _integer(var, "dp_size", settings["dp_size"], problems)
+    tp = _integer(var, "tp_size", settings["tp_size"], problems)
     if dp is None or tp is None or dp < 1 or tp < 0:
         problems.append("%s: dp_size must be >= 1 and tp_size >= 0 (0: derived from gpus)" % var)
         dp, tp = max(dp or 1, 1), max(tp or 0, 0)
@@ -144,26 +150,26 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         tp = len(gpus) // dp if gpus and len(gpus) % dp == 0 else 0
     if tp * dp != len(gpus) or tp == 0:
         problems.append("%s: tp_size %s x dp_size %d must equal the %d selected GPU(s) %s: change tp_size, dp_size or gpus"
-                        % (var, settings.get("tp_size") or "(derived)", dp, len(gpus), gpus))
-    attention = _attention(var, str(settings.get("attention_backend") or "auto"), _capabilities(gpu_facts, gpus), problems)
+                        % (var, settings["tp_size"] or "(derived)", dp, len(gpus), gpus))
+    attention = _attention(var, str(settings["attention_backend"]), _capabilities(gpu_facts, gpus), problems)
 
     config: t.Dict[str, t.Any] = {"model-path": model}
-    if settings.get("served_model_name"):
+    if settings["served_model_name"]:
         config["served-model-name"] = str(settings["served_model_name"])
-    config.update({"host": str(settings.get("host") or "127.0.0.1"), "port": port, "tp-size": tp})
+    config.update({"host": host, "port": port, "tp-size": tp})
     if dp > 1:
         config["dp-size"] = dp
     if attention:
         config["attention-backend"] = attention
-    config["sampling-backend"] = str(settings.get("sampling_backend") or "flashinfer")
-    fraction = settings.get("mem_fraction_static") or 0
+    config["sampling-backend"] = str(settings["sampling_backend"])
+    fraction = settings["mem_fraction_static"]
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
         problems.append("%s.mem_fraction_static=%r: give a fraction from 0 (SGLang's default) to below 1" % (var, fraction))
     elif fraction > 0:
         config["mem-fraction-static"] = float(fraction)
     if name == "sglang-spec":
         _speculative(var, settings, config, problems)
-    extra = settings.get("extra_args") or {}
+    extra = settings["extra_args"]
     if not isinstance(extra, dict):
         problems.append("%s.extra_args must be a mapping of SGLang flag name to value" % var)
         extra = {}
@@ -187,17 +193,17 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
 
 
 def _speculative(var: str, settings: t.Mapping[str, t.Any], config: t.Dict[str, t.Any], problems: t.List[str]) -> None:
-    algorithm = str(settings.get("speculative_algorithm") or "")
+    algorithm = str(settings["speculative_algorithm"])
     if not algorithm:
         problems.append("%s.speculative_algorithm is empty: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM or DFLASH" % var)
         return
     config["speculative-algorithm"] = algorithm
-    draft = str(settings.get("draft_model_path") or "")
+    draft = str(settings["draft_model_path"])
     if draft:
         config["speculative-draft-model-path"] = draft
     elif algorithm != "NGRAM":
         problems.append("%s.draft_model_path is empty: %s needs a draft model" % (var, algorithm))
-    knobs = {knob: _integer(var, knob, settings.get(knob) or 0, problems) or 0 for knob in KNOBS}
+    knobs = {knob: _integer(var, knob, settings[knob], problems) or 0 for knob in KNOBS}
     given = [knob for knob, value in knobs.items() if value]
     if given and len(given) != len(KNOBS):
         problems.append("%s: set num_steps, eagle_topk and num_draft_tokens all or none (set: %s)" % (var, ", ".join(given)))
@@ -205,7 +211,7 @@ def _speculative(var: str, settings: t.Mapping[str, t.Any], config: t.Dict[str, 
         config["speculative-num-steps"] = knobs["num_steps"]
         config["speculative-eagle-topk"] = knobs["eagle_topk"]
         config["speculative-num-draft-tokens"] = knobs["num_draft_tokens"]
-    block = _integer(var, "dflash_block_size", settings.get("dflash_block_size") or 0, problems) or 0
+    block = _integer(var, "dflash_block_size", settings["dflash_block_size"], problems) or 0
     if block and algorithm != "DFLASH":
         problems.append("%s.dflash_block_size is for DFLASH only (speculative_algorithm is %s)" % (var, algorithm))
     elif block:
@@ -216,8 +222,9 @@ def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Ma
                 active: t.Sequence[str], health_path: str = "/health") -> t.Dict[str, t.Any]:
     """The units to install and run on one node, or the problems that stop the role before any change.
 
-    services maps a unit name (sglang-ar, sglang-spec) to its settings with the role's defaults
-    filled in; gpu_facts is the node's inferops_gpu fact; active lists the services to run.
+    services maps a unit name (sglang-ar, sglang-spec) to its settings with every key of the role's base
+    (the argument spec's sub-option defaults) present; gpu_facts is the node's inferops_gpu fact; active lists
+    the services to run.
     """
     if not isinstance(services, dict) or not isinstance(gpu_facts, dict):
         raise AnsibleFilterError("sglang_plan expects a dict of service settings and the inferops_gpu fact")
@@ -225,9 +232,17 @@ def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Ma
     unknown = sorted(set(services) - set(SERVICES))
     if unknown:
         raise AnsibleFilterError("sglang_plan: unknown service(s) %s" % ", ".join(unknown))
+    for name, settings in services.items():
+        keys = SPEC_KEYS if name == "sglang-spec" else KEYS
+        missing = [key for key in keys if not isinstance(settings, dict) or key not in settings]
+        if missing:
+            raise AnsibleFilterError("sglang_plan: %s lacks %s: give each service's settings laid over the role's base "
+                                     "(vars/main.yml)" % (name, ", ".join(missing)))
+        problems.extend("%s.%s is null: give a value, or leave the key out for the role's default" % (SERVICES[name], key)
+                        for key in keys if settings[key] is None)
     if not gpu_facts.get("gpu_count"):
         problems.append("no GPU on this host (%s): the SGLang services need GPUs" % (gpu_facts.get("verdict_message") or "gpu_facts found none"))
-    enabled = [name for name in SERVICES if name in services and services[name].get("enabled", True)]
+    enabled = [name for name in SERVICES if name in services and services[name]["enabled"]]
     for name in active:
         if name not in SERVICES:
             problems.append("sglang_service_active lists %r: known services are %s" % (name, ", ".join(SERVICES)))

@@ -20,11 +20,12 @@ def gpus(count: int, major: int, minor: int = 0) -> t.Dict[str, t.Any]:
             "gpus": [{"index": i, "compute_capability": {"major": major, "minor": minor}} for i in range(count)]}
 
 
-AR = {"enabled": True, "model_path": "/models/m", "served_model_name": "", "host": "127.0.0.1", "port": 30000, "gpus": [],
-      "tp_size": 0, "dp_size": 1, "attention_backend": "auto", "sampling_backend": "flashinfer", "mem_fraction_static": 0.0,
-      "extra_args": {}}
-SPEC = dict(AR, port=30001, speculative_algorithm="EAGLE3", draft_model_path="/models/d", num_steps=0, eagle_topk=0,
-            num_draft_tokens=0, dflash_block_size=0)
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+with open(os.path.join(ROOT, "roles", "sglang_service", "defaults", "main.yml")) as _handle:
+    _DEFAULTS = yaml.safe_load(_handle)
+# the role's base (its defaults: tests/unit/test_roles.py checks them against the argument spec) with a model each
+AR = dict(_DEFAULTS["sglang_service_ar"], model_path="/models/m")
+SPEC = dict(_DEFAULTS["sglang_service_spec"], model_path="/models/m", draft_model_path="/models/d")
 
 
 def plan(ar: t.Optional[t.Dict[str, t.Any]] = None, spec: t.Optional[t.Dict[str, t.Any]] = None, facts: t.Optional[t.Dict[str, t.Any]] = None,
@@ -194,14 +195,13 @@ def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> Non
     role's own diagnose.yml, whose URL task, rendered as Ansible would with the service's configuration, gives the plan's
     URL (a regex of remediate.yml's own once gave http://::1:30000/health for host ::1)."""
     assert plan(ar={"host": host})["units"][0]["health_url"] == url
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
-    with open(os.path.join(root, "playbooks", "remediate.yml")) as handle:
+    with open(os.path.join(ROOT, "playbooks", "remediate.yml")) as handle:
         plays = yaml.safe_load(handle)
     tasks = [task for play in plays for task in play.get("tasks", [])]
     assert not [task for task in tasks if "ansible.builtin.uri" in task], "remediate.yml asks for health itself"
     includes = [task["ansible.builtin.include_role"] for task in tasks if "ansible.builtin.include_role" in task]
     assert {"name": "inferops.blackwell.sglang_service", "tasks_from": "diagnose"} in includes
-    with open(os.path.join(root, "roles", "sglang_service", "tasks", "diagnose.yml")) as handle:
+    with open(os.path.join(ROOT, "roles", "sglang_service", "tasks", "diagnose.yml")) as handle:
         steps = yaml.safe_load(handle)
     asked = [step["ansible.builtin.set_fact"]["_sglang_service_diag_probe"]["health_url"] for step in steps
              if "_sglang_service_diag_probe" in step.get("ansible.builtin.set_fact", {})]
@@ -210,3 +210,14 @@ def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> Non
     environment.filters["inferops.blackwell.sglang_health_url"] = sglang_health_url
     rendered = environment.from_string(asked[0]).render(_config={"host": host, "port": 30000}, sglang_service_health_path="/health")
     assert rendered == url
+
+
+def test_the_filter_keeps_no_defaults_of_its_own() -> None:
+    # settings without the role's base laid under them are a caller's error, not silently defaulted
+    with pytest.raises(AnsibleFilterError, match="sglang-ar lacks host, port"):
+        sglang_plan({"sglang-ar": {k: v for k, v in AR.items() if k not in ("host", "port")}}, gpus(8, 12), ["sglang-ar"])
+    # a key the operator set to null is named, not replaced by a default
+    assert plan(ar={"host": None})["problems"] == [
+        "sglang_service_ar.host is null: give a value, or leave the key out for the role's default"]
+    # an empty host is refused, not taken as 127.0.0.1
+    assert any("sglang_service_ar.host=''" in problem for problem in plan(ar={"host": ""})["problems"])
