@@ -18,7 +18,8 @@ from ansible.errors import AnsibleFilterError
 SERVICES = {"sglang-ar": "sglang_service_ar", "sglang-spec": "sglang_service_spec"}
 KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
 # The keys every service's settings carry: the role lays the operator's keys over its base (the argument spec's
-# sub-option defaults, vars/main.yml); this filter keeps no defaults of its own.
+# sub-option defaults, vars/main.yml); this filter keeps no defaults of its own. Its unit test checks these names
+# against the argument spec's sub-options (tests/unit/plugins/filter/test_sglang.py).
 KEYS = ("enabled", "model_path", "served_model_name", "host", "port", "gpus", "tp_size", "dp_size", "attention_backend",
         "sampling_backend", "mem_fraction_static", "extra_args")
 SPEC_KEYS = KEYS + ("speculative_algorithm", "draft_model_path") + KNOBS + ("dflash_block_size",)
@@ -233,8 +234,10 @@ def sglang_plan(services: t.Mapping[str, t.Mapping[str, t.Any]], gpu_facts: t.Ma
     if unknown:
         raise AnsibleFilterError("sglang_plan: unknown service(s) %s" % ", ".join(unknown))
     for name, settings in services.items():
+        if not isinstance(settings, dict):
+            raise AnsibleFilterError("sglang_plan: the settings of %s are not a mapping" % name)
         keys = SPEC_KEYS if name == "sglang-spec" else KEYS
-        missing = [key for key in keys if not isinstance(settings, dict) or key not in settings]
+        missing = [key for key in keys if key not in settings]
         if missing:
             raise AnsibleFilterError("sglang_plan: %s lacks %s: give each service's settings laid over the role's base "
                                      "(vars/main.yml)" % (name, ", ".join(missing)))

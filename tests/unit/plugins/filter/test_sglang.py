@@ -12,6 +12,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.inferops.blackwell.plugins.filter import sglang
 from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_health_url, sglang_plan, sglang_port_problems
 
 
@@ -221,3 +222,12 @@ def test_the_filter_keeps_no_defaults_of_its_own() -> None:
         "sglang_service_ar.host is null: give a value, or leave the key out for the role's default"]
     # an empty host is refused, not taken as 127.0.0.1
     assert any("sglang_service_ar.host=''" in problem for problem in plan(ar={"host": ""})["problems"])
+
+
+def test_the_filter_names_exactly_the_argument_spec_s_keys() -> None:
+    with open(os.path.join(ROOT, "roles", "sglang_service", "meta", "argument_specs.yml")) as handle:
+        options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    assert set(sglang.KEYS) == set(options["sglang_service_ar"]["options"])
+    assert set(sglang.SPEC_KEYS) == set(options["sglang_service_spec"]["options"])
+    with pytest.raises(AnsibleFilterError, match="the settings of sglang-ar are not a mapping"):
+        sglang_plan({"sglang-ar": "demo"}, gpus(8, 12), ["sglang-ar"])  # type: ignore[dict-item]
