@@ -32,7 +32,7 @@ help:
 	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
-	@echo "make test-matrix    molecule stack_matrix: the (stack, GPU family) pairs make test does not run (not in make test)"
+	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, B300 and RTX PRO 6000 nodes (also in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
 	@echo "make clean     make lab-down, then remove .venv and .build"
 
@@ -111,14 +111,13 @@ lab-images: debs venv
 MOLECULE_MAIN := default
 # The second lane: the scenarios that compile nothing from the start (beside default's check and converge: they wait on
 # their nodes' services and pip more than they use a core, and the time they take there is not the tail's), then, once
-# default's converge is over, current_stack (its own compiles).
+# default's converge is over, stack_matrix (its own compiles).
 MOLECULE_EARLY := incident toolkit_apt flashinfer_strategies
-MOLECULE_BESIDE := current_stack
+MOLECULE_BESIDE := stack_matrix
 MOLECULE_LOGS := $(BUILD)/molecule
-# The lab's nodes by stack and GPU family: make test runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM
-# 12.0 and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3 (default) and SM 12.1 (current_stack, the first
-# of the scenarios beside default, after its converge). The other three pairs, molecule/stack_matrix:
-# their compiles would take make test past 30 minutes on 2 cores.
+# The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
+# and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; stack_matrix the four other pairs (both stacks on SM
+# 12.1, the current one on SM 12.0, the incident's on SM 10.3). Alone:
 test-matrix: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name stack_matrix
 

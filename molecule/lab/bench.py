@@ -44,7 +44,7 @@ from labkit import nodes as labnodes  # noqa: E402
 
 ROOT = labcommon.ROOT
 BENCH = os.path.normpath(os.path.join(labcommon.STATE, "..", "bench"))
-NVCC_LOG = os.path.join(labcommon.STATE, "nvcc-cache", "log.jsonl")
+NVCC_LOG = os.path.join(labnodes.NVCC_CACHE, "log.jsonl")
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 CACHES = ["/var/lib/sglang/.cache/flashinfer", "/var/lib/sglang/.cache/sglang"]
 STEPS = ("converge_1", "converge_n", "converge_other", "noop_1", "noop_n", "jit_cache_warm", "remediate_1", "remediate_store", "remediate_no_store")

@@ -143,9 +143,16 @@ def write_node_files(node: Node, profile: str, address: str) -> None:
     os.makedirs(merged + "/var/cache/lab-nvcc-cache", exist_ok=True)
 
 
+# The lab's compile cache lives on the machine, not in the checkout: every node, scenario and clone on this machine shares
+# it, so each distinct compile runs once per machine (a fresh clone's `make test` compiles only what changed). Its key is
+# the real nvcc's release, flags, source and headers (nvcc_cache/lab_nvcc_cache.py); an empty directory here measures a
+# machine that never compiled.
+NVCC_CACHE = os.environ.get("INFEROPS_LAB_NVCC_CACHE", "/var/cache/inferops-lab/nvcc-cache")
+
+
 def nvcc_cache_dir() -> str:
     """The lab's compile cache on the host, shared by every node (LAB TEST EQUIPMENT, see nvcc_cache/)."""
-    path = os.path.join(STATE, "nvcc-cache")
+    path = NVCC_CACHE
     if not os.path.isdir(path):
         os.makedirs(path)
         # written by each node's service user, whose uid differs from node to node

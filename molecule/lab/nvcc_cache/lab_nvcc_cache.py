@@ -14,7 +14,7 @@ and the source's sha256. An entry also records every header the real compile rea
 dependency file) with its sha256; a hit needs all of them unchanged. Two toolkits of the same release
 at different paths (a CUDA_HOME change) share entries when their headers are identical.
 
-Cache: /var/cache/lab-nvcc-cache (the lab mounts .build/lab/nvcc-cache there). Without it, while
+Cache: /var/cache/lab-nvcc-cache (the lab mounts the machine's /var/cache/inferops-lab/nvcc-cache there). Without it, while
 /etc/inferops-lab/nvcc-cache-off exists, or for a command line it does not understand, it runs nvcc as
 given. Each call it sees appends hit, miss or off (and the node's name) to its log. Calls with the same key wait for each other
 (a lock per key): scenarios run side by side, and two nodes compiling the same source compile it once.
