@@ -255,7 +255,10 @@ def main(argv: t.List[str]) -> int:
     parser.add_argument("--part", choices=["all", "refusals", "rollbacks"], default="all",
                         help="refusals: every case in one run (the nodes only read); rollbacks: the cases marked alone, then "
                              "the changes that break the service (site-pro6000's service goes down and back up)")
-    parser.add_argument("--max-seconds", type=float, default=30.0, help="a case run alone must be refused this soon")
+    # What one refusal costs an operator, the whole ansible-playbook run included: about 12 s on this 2-core machine with
+    # one lab node busy beside it, 28-31 s with the four of molecule/stack_matrix beside it in make test (the refusal
+    # imports SGLang on the node: CPU). A flag found only when the service starts costs the rollback path, 70-100 s here.
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="a case run alone must be refused this soon")
     args = parser.parse_args(argv)
     with open(args.cases) as handle:
         matrix = yaml.safe_load(handle)
