@@ -33,6 +33,14 @@ class Gpu(t.NamedTuple):
     minor: int
     total_memory: int
     multi_processor_count: int
+    shared_memory_per_multiprocessor: int
+    shared_memory_per_block_optin: int
+
+
+# Shared memory per SM and the opt-in maximum per block, by compute capability (NVIDIA's CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability"); FlashInfer's MLA planning reads both to pick its kernel.
+SHARED_MEMORY = {(8, 0): (167936, 166912), (8, 6): (102400, 101376), (8, 9): (102400, 101376), (9, 0): (233472, 232448),
+                 (10, 0): (233472, 232448), (10, 3): (233472, 232448), (12, 0): (102400, 101376), (12, 1): (102400, 101376)}
 
 
 def host_memory_mib() -> int:
@@ -58,8 +66,9 @@ def profile_gpus() -> t.List[Gpu]:
         major, minor = str(merged.get("compute_cap")).split(".")
         # A GPU with unified memory (GB10: nvidia-smi says [N/A]) reports the system's memory to torch.
         memory = merged.get("memory_mib") or host_memory_mib()
+        per_sm, per_block = SHARED_MEMORY.get((int(major), int(minor)), (0, 0))
         gpus.append(Gpu(str(merged.get("name", "NVIDIA GPU")), int(major), int(minor), int(memory) * 1024 * 1024,
-                        int(merged.get("sm_count", 0))))
+                        int(merged.get("sm_count", 0)), per_sm, per_block))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         picked = [int(index) for index in visible.split(",") if index.strip().isdigit()]

@@ -32,6 +32,8 @@ MARKER = "INFEROPS-JSON:"
 STAMP = "inferops-warm.json"
 LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 SPECS: t.Dict[str, t.List[t.Any]] = {}
+# What a recorded derivation holds: 2 = FlashInfer's JitSpecs as SGLang's backend asked for them (1: our recipes)
+DERIVED_FORMAT = 2
 
 Recipe = t.Union[str, t.Dict[str, t.Any]]
 
@@ -124,7 +126,8 @@ def digest(path: str) -> str:
 
 def parse(path: str) -> t.Tuple[t.Any, t.Dict[str, t.Any]]:
     """SGLang's own parser and resolution of one --config file: what the service would run with, or SGLang's refusal."""
-    from sglang.srt.server_args import prepare_server_args  # pylint: disable=import-error,import-outside-toplevel
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.server_args import prepare_server_args
 
     said = io.StringIO()
     try:
@@ -136,7 +139,14 @@ def parse(path: str) -> t.Tuple[t.Any, t.Dict[str, t.Any]]:
         server_args.resolve_once()
     except Exception as exc:  # pylint: disable=broad-exception-caught
         raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
-    return server_args, server_args.resolved_dict()
+    resolved = server_args.resolved_dict()
+    import inferops_sglang_plan as planner
+    import torch
+
+    problems = planner.tp_problems(server_args, resolved, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if problems:
+        raise ValueError("SGLang rejects %s: %s" % (path, "; ".join(problems)))
+    return server_args, resolved
 
 
 def model_files(model_path: str) -> t.Optional[t.Dict[str, str]]:
@@ -164,7 +174,7 @@ def derivation_inputs(paths: t.List[str], models: t.List[str], versions: t.Dict[
 def reusable(previous: t.Optional[t.Dict[str, t.Any]], paths: t.List[str], versions: t.Dict[str, t.Any]) -> bool:
     """A recorded derivation whose inputs are all unchanged: SGLang would decide the same again."""
     recorded = (previous or {}).get("inputs")
-    if not recorded or previous is None or sorted((previous.get("configs") or {}).keys()) != sorted(paths):
+    if not recorded or previous is None or previous.get("format") != DERIVED_FORMAT or sorted((previous.get("configs") or {}).keys()) != sorted(paths):
         return False
     try:
         models = [model["path"] for entry in previous["configs"].values() for model in entry["models"]]
@@ -173,94 +183,87 @@ def reusable(previous: t.Optional[t.Dict[str, t.Any]], paths: t.List[str], versi
         return False
 
 
+def kind_of(uri: str) -> str:
+    """A module's short name (batch_prefill, batch_decode, batch_mla_attention, sampling, cascade, ...) from its uri."""
+    for separator in ("_with_kv_cache", "_dtype_"):
+        if separator in uri:
+            return uri.split(separator, 1)[0]
+    return uri
+
+
 def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     """What each SGLang service will ask of FlashInfer, decided by SGLang's own code: its parser and resolution (the
-    backends, the KV cache dtype) for the service's --config, its ModelConfig of the model directory, and its
-    FlashInfer backend's tensor-core rule (sglang/srt/layers/attention/flashinfer_backend.py)."""
+    backends) for the service's --config; its sampler's FlashInfer module when FlashInfer samples; and its attention
+    backend's own planning and forward for the batches a server goes through (inferops_sglang_plan.py), for the model
+    and the draft model. Nothing here says which module a backend uses."""
     # pylint: disable=import-error,import-outside-toplevel,too-many-locals
-    import torch
-    from sglang.srt.arg_groups.model_override_base import model_config_of
-    from sglang.srt.configs.model_config import ModelConfig
+    import inferops_sglang_plan as planner
 
-    derived: t.Dict[str, t.Any] = {"configs": {}, "recipes": []}
+    derived: t.Dict[str, t.Any] = {"format": DERIVED_FORMAT, "configs": {}, "specs": []}
     for path in paths:
         server_args, resolved = parse(path)
         base = resolved.get("attention_backend")
         backends = {resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base}
         entry: t.Dict[str, t.Any] = {"sha256": digest(path), "attention_backends": sorted(map(str, backends)),
                                      "sampling_backend": resolved.get("sampling_backend"), "models": [], "modules": [],
-                                     "not_warmed": []}
-        recipes: t.List[t.Dict[str, t.Any]] = []
+                                     "planned": [], "triton_kernels": [], "not_warmed": []}
+        asked: t.List[t.Tuple[t.Any, str]] = []
         if resolved.get("sampling_backend") == "flashinfer":
-            recipes.append({"kind": "sampling", "why": "top-k / top-p / min-p requests"})
-        if "flashinfer" in backends:
-            from flashinfer.utils import determine_attention_backend
-            from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core
-            from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
-            configs = [(model_config_of(server_args), False)]
-            if resolved.get("speculative_draft_model_path"):
-                configs.append((ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]), True))
-            tp = int(resolved.get("tp_size") or 1)
-            for config, draft in configs:
-                dtype = str(config.dtype).replace("torch.", "")
-                # SGLang's own mapping of --kv-cache-dtype for this model (no checkpoint loaded: a checkpoint's own FP8 KV
-                # quantization is not seen here)
-                kv = str(configure_kv_cache_dtype(
-                    server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
-                    is_draft_worker=draft, is_dflash=str(resolved.get("speculative_algorithm") or "").upper() == "DFLASH",
-                    speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
-                    speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]).replace("torch.", "")
-                if kv not in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
-                    entry["not_warmed"].append("KV cache %s (%s): not derived; name its modules in flashinfer_jit_modules"
-                                               % (kv, config.model_path))
-                    continue
-                heads, kv_heads = int(config.num_attention_heads) // tp, int(config.get_num_kv_heads(tp))
-                tensor_cores = should_use_tensor_core(kv_cache_dtype=getattr(torch, kv), num_attention_heads=heads,
-                                                      num_kv_heads=kv_heads)
-                window = config.sliding_window_size if config.is_hybrid_swa else None
-                cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
-                head_dim, v_head_dim = int(config.head_dim), int(config.v_head_dim or config.head_dim)
-                entry["models"].append({"path": config.model_path, "dtype": dtype, "kv_cache_dtype": kv, "head_dim": head_dim,
-                                        "heads_per_rank": heads, "kv_heads_per_rank": kv_heads, "gqa_group": heads // max(kv_heads, 1),
-                                        "decode_tensor_cores": bool(tensor_cores), "sliding_window": window, "logit_cap": cap})
-                # The ragged prefill wrapper gets backend "auto": FlashInfer's own choice for this GPU (fa3 on SM 9.0).
-                ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, getattr(torch, dtype),
-                                                     getattr(torch, kv), head_dim_qk=head_dim, head_dim_vo=v_head_dim)
-                for use_window in ([True, False] if window else [False]):
-                    shape = {"q": dtype, "kv": kv, "o": dtype, "sliding_window": use_window, "logits_soft_cap": cap > 0}
-                    why = "prefill (paged%s)%s" % (", ragged" if ragged == "fa2" else "",
-                                                   " and decode (tensor cores)" if tensor_cores else "")
-                    recipes.append(dict(shape, kind="batch_prefill", backend="fa2", head_dim_qk=head_dim, head_dim_vo=v_head_dim,
-                                        why=why))
-                    if ragged != "fa2":
-                        recipes.append(dict(shape, kind="batch_prefill", backend=ragged, head_dim_qk=head_dim,
-                                            head_dim_vo=v_head_dim, why="ragged prefill (%s)" % ragged))
-                    if not tensor_cores:
-                        recipes.append(dict(shape, kind="batch_decode", head_dim_qk=head_dim, head_dim_vo=head_dim,
-                                            why="decode (GQA group %d < 4, no tensor cores)" % (heads // max(kv_heads, 1))))
-            recipes.append({"kind": "cascade", "why": "merge_state at the first prefix-cache hit"})
-            from sglang.srt.runtime_context import get_platform
-            if get_platform().is_sm100:
-                entry["not_warmed"].append("FlashInfer attention on SM 10.x: SGLang's ragged prefill takes FlashInfer's CUTLASS "
-                                           "FMHA for head dims 64, 128 and 192/128 (flashinfer_backend.py); that module is not "
-                                           "derived, and the first such request compiles it")
+            from flashinfer.sampling import get_sampling_module
+            asked.extend((spec, "SGLang's sampler, at the first top-k / top-p / min-p request")
+                         for spec in getter_specs(get_sampling_module))
+        if backends & set(planner.FLASHINFER_BACKENDS):
+            plans, recorder = planner.plan_service(server_args, resolved)
+            entry["planned"] = plans
+            whys = {}
+            for plan in plans:
+                for step in plan["batches"]:
+                    for line in step["asked"]:
+                        whys.setdefault(line.split(" ", 1)[-1], "%s (%s) for %s: %s" % (
+                            plan["backend"], "draft" if plan["draft"] else "model", os.path.basename(plan["model"]), step["batch"]))
+                entry["models"].append({key: plan[key] for key in (
+                    "model", "backend", "dtype", "kv_cache_dtype", "head_dim", "heads_per_rank", "kv_heads_per_rank", "gqa_group",
+                    "decode_tensor_cores", "sliding_window", "draft")})
+                entry["models"][-1]["path"] = entry["models"][-1].pop("model")
+            asked.extend((spec, whys.get(name, plans[0]["backend"])) for kind, name, spec in recorder.asked if kind == "flashinfer")
+            entry["triton_kernels"] = sorted({name for kind, name, _spec in recorder.asked if kind == "triton"})
+            if entry["triton_kernels"]:
+                entry["not_warmed"].append("Triton kernels SGLang's attention backend launches at the first requests (%s): "
+                                           "Triton compiles them for the GPU at their first launch (TRITON_CACHE_DIR); not "
+                                           "built ahead here" % ", ".join(entry["triton_kernels"]))
         if "trtllm_mha" in backends:
             entry["not_warmed"].append("attention trtllm_mha: FlashInfer's trtllm-gen kernels (the fmha_gen module and the kernel "
                                        "binaries FlashInfer downloads at run time, or flashinfer-cubin / FLASHINFER_CUBIN_DIR) "
                                        "are not warmed by these roles; an air-gapped node fails at its first request")
-        others = sorted(str(b) for b in backends if b not in ("flashinfer", "trtllm_mha"))
+        others = sorted(str(b) for b in backends if b not in planner.FLASHINFER_BACKENDS + ("trtllm_mha",))
         if others:
             entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
         entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
-        for recipe in recipes:
-            recipe["uris"] = [spec.name for spec in make_specs(recipe)]
-            entry["modules"].extend(name for name in recipe["uris"] if name not in entry["modules"])
-            if recipe["uris"] not in [known["uris"] for known in derived["recipes"]]:
-                derived["recipes"].append(recipe)
+        known = {record["uri"] for record in derived["specs"]}
+        for spec, why in asked:
+            if spec.name not in entry["modules"]:
+                entry["modules"].append(spec.name)
+            if spec.name not in known:
+                known.add(spec.name)
+                derived["specs"].append({"uri": spec.name, "name": kind_of(spec.name), "why": why,
+                                         "spec": planner.spec_record(spec)})
+                SPECS[spec.name] = [spec]
         derived["configs"][path] = entry
     derived["inputs"] = derivation_inputs(paths, [model["path"] for entry in derived["configs"].values()
                                                   for model in entry["models"]], versions)
     return derived
+
+
+def derived_specs(derived: t.Optional[t.Dict[str, t.Any]]) -> t.List[t.Tuple[t.Any, t.Dict[str, t.Any]]]:
+    """The derivation's modules as FlashInfer's JitSpecs (recorded at the derivation; rebuilt here without SGLang)."""
+    import inferops_sglang_plan as planner  # pylint: disable=import-outside-toplevel
+
+    found = []
+    for record in (derived or {}).get("specs") or []:
+        if record["uri"] not in SPECS:
+            SPECS[record["uri"]] = [planner.spec_from_record(record["spec"])]
+        found.append((SPECS[record["uri"]][0], record))
+    return found
 
 
 class Progress:
@@ -431,18 +434,22 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
                 pass
     elif previous is not None:
         out["derived"] = previous.get("derived")
-    recipes = list(args["modules"]) + ((out["derived"] or {}).get("recipes") or [])
     seen: t.Set[str] = set()
     planned = []
-    for recipe in recipes:
+
+    def plan_one(spec: t.Any, name: str, why: str) -> None:
+        if spec.name in seen:
+            return
+        seen.add(spec.name)
+        entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
+                 "why": why}
+        planned.append((spec, entry, up_to_date(spec)))
+
+    for recipe in args["modules"]:
         for spec in make_specs(recipe):
-            if spec.name in seen:
-                continue
-            seen.add(spec.name)
-            name = recipe if isinstance(recipe, str) else recipe["kind"]
-            entry = {"name": name, "uri": spec.name, "library": str(spec.get_library_path()), "built": False, "seconds": 0.0,
-                     "why": "flashinfer_jit_modules" if isinstance(recipe, str) else recipe.get("why") or "flashinfer_jit_modules"}
-            planned.append((spec, entry, up_to_date(spec)))
+            plan_one(spec, recipe if isinstance(recipe, str) else recipe["kind"], "flashinfer_jit_modules")
+    for spec, record in derived_specs(out["derived"]):
+        plan_one(spec, record["name"], record["why"])
     to_build = [entry["name"] for spec, entry, (usable, why) in planned if not usable]
     for spec, entry, state in planned:
         usable, why = state

@@ -88,7 +88,7 @@ def fixture_derivation(tmp_path: t.Any) -> t.Dict[str, t.Any]:
     config = tmp_path / "sglang-ar.yaml"
     config.write_text("model-path: %s\n" % model)
     versions = {"sglang": "0.5.23", "flashinfer": "0.7.2", "archs": ["12.1a"], "gpus": []}
-    record = {"configs": {str(config): {"models": [{"path": str(model)}]}},
+    record = {"format": side.DERIVED_FORMAT, "configs": {str(config): {"models": [{"path": str(model)}]}},
               "inputs": side.derivation_inputs([str(config)], [str(model)], versions)}
     return {"config": config, "model": model, "versions": versions, "record": record}
 
@@ -97,6 +97,8 @@ def test_a_derivation_is_reused_while_what_it_read_is_unchanged(derivation: t.Di
     paths, versions, record = [str(derivation["config"])], derivation["versions"], derivation["record"]
     assert sorted(record["inputs"]["files"]) == sorted([paths[0], str(derivation["model"] / "config.json")])
     assert side.reusable(record, paths, versions) is True
+    # a record of our former recipes (no format) is derived again by SGLang's backend
+    assert side.reusable({key: value for key, value in record.items() if key != "format"}, paths, versions) is False
     assert side.reusable(record, paths, dict(versions, sglang="0.5.24")) is False
     assert side.reusable(record, paths + ["/etc/inferops/sglang/sglang-spec.yaml"], versions) is False
     (derivation["model"] / "config.json").write_text('{"num_attention_heads": 64}')

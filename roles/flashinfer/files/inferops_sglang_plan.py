@@ -1,0 +1,484 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What SGLang's own attention backend asks of FlashInfer and Triton, found by running it.
+
+For one service (its --config as SGLang parses and resolves it), this builds the attention backend SGLang's registry
+picks for the resolved backend name (ATTENTION_BACKENDS[...]: FlashInferAttnBackend, or FlashInferMLAAttnBackend for an
+MLA model) over a minimal model runner, and runs its planning (init_forward_metadata) and, for a dense model, its
+forward_extend / forward_decode, for the batches a server goes through: a new prompt, a prompt that hits the prefix
+cache, a decode step -- the draft model's too under speculative decoding. FlashInfer's JIT modules are recorded where
+FlashInfer would build or load them (JitSpec.build_and_load) and Triton kernels where Triton would launch them; nothing
+is built and no kernel runs. The only things written here by hand are the batch shapes (BATCHES) and the runner's plumbing
+(runner() says which of its fields are ours).
+
+No GPU memory is taken, so it runs beside a serving service: every tensor lives in host memory (CUDA tensors and pinned
+host buffers are made as plain CPU tensors while planning, so no CUDA context is created), and FlashInfer's questions
+about the device of such a tensor are answered for GPU 0 (its compute capability and shared memory), which torch reads
+from the driver without a context. After planning, torch's CUDA allocator is asked whether it holds any memory; it must
+not.
+
+Imported by inferops_flashinfer_venv.py inside the SGLang venv; torch, FlashInfer and SGLang are imported where used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import inspect
+import pathlib
+import sys
+import types
+import typing as t
+
+# (what the server does, SGLang's ForwardMode, tokens already in the KV cache, new tokens): the only hand-written input
+BATCHES: t.Tuple[t.Tuple[str, str, int, int], ...] = (
+    ("a new prompt", "EXTEND", 0, 8),
+    ("a prompt that hits the prefix cache", "EXTEND", 4, 4),
+    ("a decode step", "DECODE", 8, 1),
+)
+# SGLang's attention backends whose kernels are FlashInfer's JIT modules (the others are planned by nothing here)
+FLASHINFER_BACKENDS = ("flashinfer",)
+# FlashInfer probes a loaded module for these optional entry points with hasattr(); the recorded module has none
+OPTIONAL_ENTRY_POINTS = frozenset({"plan_with_staged_workspace_bytes"})
+FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
+
+
+class PlanError(RuntimeError):
+    """SGLang's backend could not be planned here: a release whose runner or backend reads what this file does not give."""
+
+
+class RecordedModule:
+    """What FlashInfer gets back from a recorded build_and_load: every entry point is a function that does nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> t.Any:
+        if attr.startswith("__") or attr in OPTIONAL_ENTRY_POINTS:
+            raise AttributeError(attr)
+        return Nothing()
+
+
+class Nothing:
+    """The result of an entry point of a recorded module: callable, and any attribute of it is another Nothing."""
+
+    def __getattr__(self, attr: str) -> t.Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Nothing()
+
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> Nothing:
+        return Nothing()
+
+
+@dataclasses.dataclass
+class Recorder:
+    """What a planning run asked for, in order: (kind, name, JitSpec or None)."""
+
+    asked: t.List[t.Tuple[str, str, t.Any]] = dataclasses.field(default_factory=list)
+
+    def since(self, start: int) -> t.List[t.Tuple[str, str, t.Any]]:
+        return self.asked[start:]
+
+
+def clear_getter_caches() -> None:
+    """FlashInfer's module getters are functools caches: a getter that already ran in this process would hand back its
+    module without asking build_and_load again, so the next service's plan would miss it."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("flashinfer") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            # the type's attribute, not the object's: some of FlashInfer's module-level objects load CUDA when asked
+            if callable(getattr(type(value), "cache_clear", None)) and str(getattr(value, "__module__", "")).startswith("flashinfer"):
+                value.cache_clear()
+
+
+def host_factory(factory: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    @functools.wraps(factory)
+    def make(*args: t.Any, **kwargs: t.Any) -> t.Any:
+        kwargs.pop("pin_memory", None)
+        if "device" in kwargs and str(kwargs["device"]).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return factory(*args, **kwargs)
+    return make
+
+
+@contextlib.contextmanager
+def planning(recorder: Recorder) -> t.Iterator[None]:
+    """FlashInfer's builds and Triton's launches recorded, tensors in host memory, FlashInfer's device questions about a
+    host tensor answered for GPU 0."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    import triton.runtime.jit as triton_jit
+    from flashinfer import utils as fi_utils
+    from flashinfer.jit import core
+
+    def record_build(spec: t.Any) -> RecordedModule:
+        recorder.asked.append(("flashinfer", spec.name, spec))
+        return RecordedModule(spec.name)
+
+    def record_launch(kernel: t.Any, *args: t.Any, **kwargs: t.Any) -> None:
+        function = getattr(kernel, "fn", kernel)
+        recorder.asked.append(("triton", "%s.%s" % (function.__module__, function.__qualname__), None))
+
+    def gpu0(device: t.Any) -> t.Any:
+        return torch.device("cuda", 0) if getattr(device, "type", None) == "cpu" else device
+
+    originals = {"capability": fi_utils.get_compute_capability, "properties": fi_utils.get_device_properties}
+    answers = {"capability": lambda device: originals["capability"](gpu0(device)),
+               "properties": lambda device: originals["properties"](gpu0(device))}
+    swapped: t.List[t.Tuple[t.Any, str, t.Any]] = []
+
+    def swap(owner: t.Any, attr: str, value: t.Any) -> None:
+        swapped.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, value)
+
+    clear_getter_caches()
+    swap(core.JitSpec, "build_and_load", record_build)
+    swap(triton_jit.JITFunction, "run", record_launch)
+    for factory in FACTORIES:
+        swap(torch, factory, host_factory(getattr(torch, factory)))
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(("flashinfer", "sglang")):
+            continue
+        for attr, value in list(vars(module).items()):
+            for key, original in originals.items():
+                if value is original:
+                    swap(module, attr, answers[key])
+    try:
+        yield
+    finally:
+        for owner, attr, value in reversed(swapped):
+            setattr(owner, attr, value)
+        clear_getter_caches()
+
+
+def spec_record(spec: t.Any) -> t.Dict[str, t.Any]:
+    """A JitSpec as JSON: its class and dataclass fields (paths marked), so a later run rebuilds it without SGLang."""
+    if not dataclasses.is_dataclass(spec):
+        raise PlanError("FlashInfer's %s is not a dataclass in this release: its module %s cannot be recorded"
+                        % (type(spec).__name__, spec.name))
+    fields = {}
+    for field in dataclasses.fields(spec):
+        fields[field.name] = encode(getattr(spec, field.name))
+    return {"class": type(spec).__name__, "fields": fields}
+
+
+def encode(value: t.Any) -> t.Any:
+    if isinstance(value, pathlib.PurePath):
+        return {"path": str(value)}
+    if isinstance(value, (list, tuple)):
+        return [encode(item) for item in value]
+    if isinstance(value, dict):
+        return {"mapping": [[encode(key), encode(item)] for key, item in value.items()]}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    where = "%s:%s" % (getattr(value, "__module__", ""), getattr(value, "__qualname__", ""))
+    if callable(value) and "<" not in where and resolve(where) is value:
+        return {"object": where}
+    raise PlanError("a JitSpec field holds %r, which cannot be recorded" % (value,))
+
+
+def resolve(where: str) -> t.Any:
+    """A module-level object by "module:qualname" (a JitSpec's adapter or factory), or None."""
+    module_name, _sep, qualname = where.partition(":")
+    try:
+        found: t.Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found
+
+
+def decode(value: t.Any) -> t.Any:
+    if isinstance(value, dict) and set(value) == {"path"}:
+        return pathlib.Path(value["path"])
+    if isinstance(value, dict) and set(value) == {"mapping"}:
+        return {decode(key): decode(item) for key, item in value["mapping"]}
+    if isinstance(value, dict) and set(value) == {"object"}:
+        found = resolve(value["object"])
+        if found is None:
+            raise PlanError("this FlashInfer has no %s: derive again" % value["object"])
+        return found
+    if isinstance(value, list):
+        return [decode(item) for item in value]
+    return value
+
+
+def spec_from_record(record: t.Dict[str, t.Any]) -> t.Any:
+    from flashinfer.jit import core  # pylint: disable=import-error,import-outside-toplevel
+
+    cls = getattr(core, record["class"], None)
+    if cls is None:
+        raise PlanError("this FlashInfer has no %s: derive again" % record["class"])
+    return cls(**{name: decode(value) for name, value in record["fields"].items()})
+
+
+def sglang_release() -> str:
+    import sglang  # pylint: disable=import-error,import-outside-toplevel
+
+    return str(getattr(sglang, "__version__", "?"))
+
+
+def publish(server_args: t.Any) -> t.Dict[str, t.Any]:
+    """The service's configuration published as SGLang's scheduler does for rank 0; its parallel widths, as SGLang
+    derives them (the attention TP size decides the heads per rank)."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt import runtime_context
+    from sglang.srt.arg_groups.model_override_base import resolving_view
+
+    runtime_context.publish(server_args, role="scheduler",
+                            ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
+    return dict(runtime_context.parallel_widths_of(resolving_view(server_args)))
+
+
+def sliding_window(model_config: t.Any) -> t.Any:
+    """SGLang's resolve_sliding_window_size, with the model's own class answering for the model (Gemma-2's window is
+    its class's get_attention_sliding_window_size, not config.json's sliding_window). A class whose answer needs the
+    loaded model's own state (EAGLE3's draft window, set from --speculative-draft-window-size in its constructor) is
+    asked without it: SGLang's rule for a model without that method."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
+    from sglang.srt.models.registry import ModelRegistry
+
+    cls = ModelRegistry.resolve_model_cls(model_config.hf_config.architectures)[0]
+    model = types.SimpleNamespace(config=model_config.hf_config)
+    if hasattr(cls, "get_attention_sliding_window_size"):
+        model.get_attention_sliding_window_size = cls.get_attention_sliding_window_size.__get__(model)  # type: ignore[attr-defined]
+    try:
+        return resolve_sliding_window_size(model, model_config)
+    except AttributeError:
+        return resolve_sliding_window_size(types.SimpleNamespace(config=model_config.hf_config), model_config)
+
+
+def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
+           widths: t.Mapping[str, t.Any]) -> types.SimpleNamespace:
+    """The model runner the backend reads. SGLang's: the model config, dtype, KV cache dtype (its configure_kv_cache_dtype),
+    page size, backends, speculative algorithm, MLA or not, sliding window, the pools and the KV index translator (its
+    classes). Ours: device "cpu", GPU 0, a 2-request pool of 64 tokens with one layer, the allocator's two fields, an empty
+    model, no new workspace, no CUDA stream for EAGLE's planning."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algorithm = resolved.get("speculative_algorithm")
+    base = resolved.get("attention_backend")
+    prefill = resolved.get("prefill_attention_backend") or base
+    decode_backend = resolved.get("decode_attention_backend") or base
+    if draft and resolved.get("speculative_draft_attention_backend"):
+        prefill = decode_backend = resolved["speculative_draft_attention_backend"]
+    kv_dtype = configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=model_config.dtype,
+        is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
+        speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+        speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+    page_size = int(resolved.get("page_size") or 1)
+    context, requests = 64, 2
+    node = types.SimpleNamespace(
+        device="cpu", gpu_id=0, model_config=model_config, server_args=server_args, dtype=model_config.dtype,
+        kv_cache_dtype=kv_dtype, kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=page_size,
+        prefill_attention_backend_str=prefill, decode_attention_backend_str=decode_backend, draft_attention_backend=None,
+        is_draft_worker=draft, spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
+        use_mla_backend=model_config.attention_arch == AttentionArch.MLA, init_new_workspace=False,
+        sliding_window_size=sliding_window(model_config), is_hybrid_swa=bool(model_config.is_hybrid_swa),
+        attention_chunk_size=getattr(model_config, "attention_chunk_size", None), hisparse_coordinator=None,
+        model=torch.nn.Module(), max_running_requests=requests, plan_stream_for_flashinfer="planning: no stream",
+        canary_manager=None)
+    node.req_to_token_pool = ReqToTokenPool(size=requests, max_context_len=context, device="cpu", enable_memory_saver=False)
+    size = requests * context + page_size
+    if node.use_mla_backend:
+        node.token_to_kv_pool = MLATokenToKVPool(
+            size=size, page_size=page_size, dtype=kv_dtype, kv_lora_rank=model_config.kv_lora_rank,
+            qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=1, device="cpu", enable_memory_saver=False)
+    else:
+        node.token_to_kv_pool = MHATokenToKVPool(
+            size=size, page_size=page_size, dtype=kv_dtype,
+            head_num=model_config.get_num_kv_heads(widths["attn_tp_size"]), head_dim=model_config.head_dim, layer_num=1,
+            device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+    node.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=page_size, get_kvcache=lambda: node.token_to_kv_pool)
+    # what SGLang's ModelRunner.init_kv_index_translator passes (0.5.23 adds is_draft_worker)
+    offered = {"req_to_token": node.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator": node.token_to_kv_pool_allocator,
+               "token_to_kv_pool": node.token_to_kv_pool, "page_size": page_size, "device": "cpu", "is_draft_worker": draft}
+    node.kv_index_translator = KVIndexTranslator(**accepted(KVIndexTranslator, offered))
+    return node
+
+
+def accepted(cls: t.Any, offered: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    """The keyword arguments among offered that cls's constructor takes; it must take every one it requires."""
+    parameters = inspect.signature(cls).parameters
+    missing = [name for name, parameter in parameters.items() if parameter.default is inspect.Parameter.empty
+               and parameter.kind is not parameter.VAR_KEYWORD and parameter.kind is not parameter.VAR_POSITIONAL
+               and name not in offered]
+    if missing:
+        raise PlanError("SGLang %s's %s needs %s, which the planner does not give" % (sglang_release(), cls.__name__,
+                                                                                    ", ".join(missing)))
+    return {name: value for name, value in offered.items() if name in parameters}
+
+
+def batch(node: types.SimpleNamespace, mode_name: str, prefix: int, new: int) -> t.Any:
+    """One request's ForwardBatch as SGLang's scheduler hands it to the backend (its KV slots laid out in order)."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    mode = getattr(ForwardMode, mode_name)
+    total = prefix + new
+    first = node.page_size
+    for position in range(total):
+        node.req_to_token_pool.req_to_token[0, position] = first + position
+    lens = torch.tensor([total], dtype=torch.int32)
+    forward = ForwardBatch(forward_mode=mode, batch_size=1, input_ids=torch.zeros(new, dtype=torch.int64),
+                           req_pool_indices=torch.zeros(1, dtype=torch.int32), seq_lens=lens, seq_lens_cpu=lens.clone(),
+                           out_cache_loc=torch.arange(first + prefix, first + total, dtype=torch.int64), seq_lens_sum=total,
+                           positions=torch.arange(prefix, total, dtype=torch.int64))
+    if hasattr(node.kv_index_translator, "bind_own_plan"):
+        # 0.5.23: a batch carries the KV ids its ScheduleBatch planned (init_new); 0.5.21 reads them from the batch
+        node.kv_index_translator.bind_own_plan(forward)
+    if mode.is_extend():
+        forward.extend_prefix_lens = torch.tensor([prefix], dtype=torch.int32)
+        forward.extend_prefix_lens_cpu = [prefix]
+        forward.extend_seq_lens = torch.tensor([new], dtype=torch.int32)
+        forward.extend_seq_lens_cpu = [new]
+        forward.extend_num_tokens = new
+    return forward
+
+
+def layers(node: types.SimpleNamespace, widths: t.Mapping[str, t.Any]) -> t.List[t.Any]:
+    """A dense model's attention layers as its model code makes them (a full-attention one, and a sliding-window one
+    where the model has a window): heads and KV heads per rank, head dims, soft-cap. Ours: one layer of each kind."""
+    from sglang.srt.layers.radix_attention import RadixAttention  # pylint: disable=import-error,import-outside-toplevel
+
+    config = node.model_config
+    tp = int(widths["attn_tp_size"])
+    heads, kv_heads = int(config.num_attention_heads) // tp, int(config.get_num_kv_heads(tp))
+    head_dim, v_head_dim = int(config.head_dim), int(config.v_head_dim or config.head_dim)
+    cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
+    windows = [-1] + ([int(node.sliding_window_size)] if node.sliding_window_size else [])
+    return [RadixAttention(heads, head_dim, head_dim ** -0.5, kv_heads, layer_id=0, logit_cap=cap, v_head_dim=v_head_dim,
+                           sliding_window_size=window) for window in windows]
+
+
+def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_batch: t.Any, new: int) -> None:
+    import torch  # pylint: disable=import-error,import-outside-toplevel
+
+    q = torch.zeros(new, layer.tp_q_head_num * layer.head_dim, dtype=node.dtype)
+    k = torch.zeros(new, layer.tp_k_head_num * layer.head_dim, dtype=node.dtype)
+    v = torch.zeros(new, layer.tp_v_head_num * layer.v_head_dim, dtype=node.dtype)
+    if forward_batch.forward_mode.is_extend():
+        backend.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=False)
+    else:
+        backend.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=False)
+
+
+def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
+               recorder: Recorder) -> t.Dict[str, t.Any]:
+    """One model's attention backend through BATCHES: per batch, the FlashInfer modules and Triton kernels asked for."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+    widths = publish(server_args)
+    node = runner(server_args, resolved, model_config, draft, widths)
+    names = {node.prefill_attention_backend_str, node.decode_attention_backend_str}
+    if len(names) != 1 or node.decode_attention_backend_str not in FLASHINFER_BACKENDS:
+        raise PlanError("prefill %s / decode %s: only one FlashInfer backend for both is planned here"
+                        % (node.prefill_attention_backend_str, node.decode_attention_backend_str))
+    start = len(recorder.asked)
+    backend = ATTENTION_BACKENDS[node.decode_attention_backend_str](node)
+    tp = int(widths["attn_tp_size"])
+    heads, kv_heads = int(model_config.num_attention_heads) // tp, int(model_config.get_num_kv_heads(tp))
+    planned = {"model": model_config.model_path, "draft": draft, "backend": type(backend).__name__,
+               "dtype": str(node.dtype).replace("torch.", ""), "kv_cache_dtype": str(node.kv_cache_dtype).replace("torch.", ""),
+               "head_dim": int(model_config.head_dim), "heads_per_rank": heads, "kv_heads_per_rank": kv_heads,
+               "gqa_group": heads // max(kv_heads, 1), "sliding_window": node.sliding_window_size,
+               "decode_tensor_cores": getattr(backend, "decode_use_tensor_cores", None),
+               "batches": [{"batch": "construction", "asked": ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]}]}
+    dense = not node.use_mla_backend
+    for what, mode, prefix, new in BATCHES:
+        start = len(recorder.asked)
+        forward_batch = batch(node, mode, prefix, new)
+        backend.init_forward_metadata(forward_batch)
+        if dense:
+            for layer in layers(node, widths):
+                forward(backend, node, layer, forward_batch, new)
+        planned["batches"].append({"batch": what, "asked": ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]})
+    return planned
+
+
+def plan_service(server_args: t.Any, resolved: t.Mapping[str, t.Any]) -> t.Tuple[t.List[t.Dict[str, t.Any]], Recorder]:
+    """The target model and, under speculative decoding, the draft model, planned by SGLang's backend."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.configs.model_config import ModelConfig
+
+    configs = [(model_config_of(server_args), False)]
+    if resolved.get("speculative_draft_model_path"):
+        configs.append((ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]), True))
+    recorder = Recorder()
+    plans = []
+    try:
+        with planning(recorder):
+            for config, draft in configs:
+                plans.append(plan_model(server_args, resolved, config, draft, recorder))
+    except PlanError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        raise PlanError("SGLang %s's attention backend could not be planned (%s: %s): the planner was tested with SGLang "
+                        "0.5.21 and 0.5.23; on another release name the modules in flashinfer_jit_modules and set "
+                        "flashinfer_jit_derive: false" % (sglang_release(), type(exc).__name__, exc)) from exc
+    held = 0
+    if torch.cuda.is_available() and torch.version.cuda:
+        # a torch without a CUDA allocator (the lab's CPU build) cannot have taken any
+        with contextlib.suppress(AssertionError, RuntimeError, AttributeError):
+            held = sum(torch.cuda.memory_reserved(index) for index in range(torch.cuda.device_count()))
+    if held:
+        raise PlanError("planning took %d bytes of GPU memory; it must take none" % held)
+    return plans, recorder
+
+
+def tp_sizes_that_work(heads: int, kv_heads: t.Optional[int], limit: int) -> t.List[int]:
+    """The TP sizes up to limit whose split SGLang's attention layers accept: every dense model's attention (Llama, Qwen2,
+    Gemma-2, ...: sglang/srt/models/*.py, its constructor's asserts) needs the attention heads divisible by the TP size, and
+    the KV heads divisible by it (more KV heads than ranks) or it divisible by them (fewer: each is replicated); an MLA
+    model's latent KV has no such rule (kv_heads None)."""
+    sizes = []
+    for size in range(1, max(limit, 1) + 1):
+        if heads % size:
+            continue
+        if kv_heads and (kv_heads % size if kv_heads >= size else size % kv_heads):
+            continue
+        sizes.append(size)
+    return sizes
+
+
+def tp_problems(server_args: t.Any, resolved: t.Mapping[str, t.Any], gpus: int) -> t.List[str]:
+    """The models (and draft) of a service that SGLang's attention layers cannot split over its TP size."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.configs.model_config import AttentionArch, ModelConfig
+
+    tp = int(resolved.get("tp_size") or 1)
+    configs = [model_config_of(server_args)]
+    if resolved.get("speculative_draft_model_path"):
+        configs.append(ModelConfig.from_server_args(server_args, model_path=resolved["speculative_draft_model_path"]))
+    problems = []
+    for config in configs:
+        heads = int(config.num_attention_heads)
+        kv_heads = None if config.attention_arch == AttentionArch.MLA else int(config.get_total_num_kv_heads())
+        if tp in tp_sizes_that_work(heads, kv_heads, tp):
+            continue
+        shape = "%d attention heads" % heads + ("" if kv_heads is None else " and %d KV heads" % kv_heads)
+        problems.append("SGLang cannot split %s (%s) over tp_size %d: its attention layers need the heads divisible by the TP "
+                        "size%s; TP sizes that work on %d GPU(s): %s" % (
+                            config.model_path, shape, tp,
+                            "" if kv_heads is None else ", and the KV heads divisible by it or it by them",
+                            max(gpus, tp), ", ".join(map(str, tp_sizes_that_work(heads, kv_heads, max(gpus, tp)))) or "none"))
+    return problems

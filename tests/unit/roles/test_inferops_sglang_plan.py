@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The planner's plumbing (roles/flashinfer/files/inferops_sglang_plan.py) without SGLang: how a recorded JitSpec is kept
+and rebuilt, what FlashInfer gets back from a recorded build, what a constructor is offered. What SGLang's backend plans
+through it is tested on lab nodes with the real SGLang 0.5.21 and 0.5.23 (molecule default, stack_matrix, zoo)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import types
+import typing as t
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
+
+import inferops_sglang_plan as planner  # noqa: E402 -- roles/flashinfer/files/inferops_sglang_plan.py
+import pytest  # noqa: E402
+
+
+def adapter(module: t.Any) -> t.Any:
+    """A module-level function, as FlashInfer's post-load adapters are."""
+    return module
+
+
+@dataclasses.dataclass
+class JitSpecNvcc:
+    name: str
+    sources: t.List[pathlib.Path]
+    extra_cuda_cflags: t.Optional[t.List[str]]
+    is_class: bool = False
+    post_load_adapter: t.Optional[t.Callable[[t.Any], t.Any]] = None
+    extra_cuda_cflags_by_source: t.Optional[t.Dict[pathlib.Path, t.List[str]]] = None
+
+
+@pytest.fixture(name="flashinfer_core")
+def fixture_flashinfer_core(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    core = types.ModuleType("flashinfer.jit.core")
+    core.JitSpecNvcc = JitSpecNvcc  # type: ignore[attr-defined]
+    jit = types.ModuleType("flashinfer.jit")
+    jit.core = core  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit", jit)
+    monkeypatch.setitem(sys.modules, "flashinfer.jit.core", core)
+    return core
+
+
+def test_a_recorded_spec_is_rebuilt_equal_from_its_json(flashinfer_core: types.ModuleType) -> None:
+    source = pathlib.Path("/var/lib/sglang/.cache/flashinfer/generated/batch_prefill/kernel.cu")
+    spec = JitSpecNvcc("batch_prefill_x", [source], ["-O3"], post_load_adapter=adapter,
+                       extra_cuda_cflags_by_source={source: ["-DX"]})
+    record = json.loads(json.dumps(planner.spec_record(spec)))
+    assert record["class"] == "JitSpecNvcc"
+    assert record["fields"]["sources"] == [{"path": str(source)}]
+    assert record["fields"]["post_load_adapter"] == {"object": "%s:adapter" % __name__}
+    rebuilt = planner.spec_from_record(record)
+    assert rebuilt == spec and isinstance(rebuilt.sources[0], pathlib.Path) and rebuilt.post_load_adapter is adapter
+
+
+def test_a_spec_that_cannot_be_recorded_is_refused_by_name(flashinfer_core: types.ModuleType) -> None:
+    def local(module: t.Any) -> t.Any:
+        return module
+
+    with pytest.raises(planner.PlanError, match="cannot be recorded"):
+        planner.spec_record(JitSpecNvcc("x", [], None, post_load_adapter=local))
+    with pytest.raises(planner.PlanError, match="not a dataclass"):
+        planner.spec_record(types.SimpleNamespace(name="y"))
+    with pytest.raises(planner.PlanError, match="has no JitSpecCuteDsl: derive again"):
+        planner.spec_from_record({"class": "JitSpecCuteDsl", "fields": {}})
+
+
+def test_a_recorded_module_does_nothing_and_offers_no_optional_entry_point() -> None:
+    module = planner.RecordedModule("batch_mla")
+    assert not hasattr(module, "plan_with_staged_workspace_bytes")
+    planned = module.plan(1, 2, backend="fa2")
+    assert isinstance(planned, planner.Nothing) and isinstance(planned.anything().more, planner.Nothing)
+
+
+def test_a_constructor_is_offered_what_it_takes_and_must_get_what_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Translator:
+        def __init__(self, *, req_to_token: t.Any, page_size: int, device: str = "cpu") -> None:
+            self.args = (req_to_token, page_size, device)
+
+    offered = {"req_to_token": 1, "page_size": 16, "device": "cpu", "is_draft_worker": False}
+    assert planner.accepted(Translator, offered) == {"req_to_token": 1, "page_size": 16, "device": "cpu"}
+    monkeypatch.setattr(planner, "sglang_release", lambda: "0.6.0")
+    with pytest.raises(planner.PlanError, match=r"SGLang 0.6.0's Translator needs page_size"):
+        planner.accepted(Translator, {"req_to_token": 1})
+
+
+def test_the_batch_shapes_are_a_new_prompt_a_prefix_hit_and_a_decode_step() -> None:
+    assert [(mode, prefix > 0) for _what, mode, prefix, _new in planner.BATCHES] == [
+        ("EXTEND", False), ("EXTEND", True), ("DECODE", True)]
+
+
+def test_qwen2_7b_heads_do_not_split_over_eight_gpus() -> None:
+    # Qwen2-7B: 28 attention heads, 4 KV heads (its model card); SGLang's Qwen2Attention asserts 28 % tp == 0
+    assert planner.tp_sizes_that_work(28, 4, 8) == [1, 2, 4]
+    assert 8 not in planner.tp_sizes_that_work(28, 4, 8)
+    # Llama-3.1-8B: 32 / 8 -- every power of two up to 8, 8 KV heads split one per rank
+    assert planner.tp_sizes_that_work(32, 8, 8) == [1, 2, 4, 8]
+    # fewer KV heads than ranks are replicated: 1 KV head (MQA) over 8 ranks is fine, 3 KV heads over 2 ranks is not
+    assert planner.tp_sizes_that_work(32, 1, 8) == [1, 2, 4, 8]
+    assert planner.tp_sizes_that_work(24, 3, 8) == [1, 3, 6]
+    # an MLA model's latent KV has no KV-head rule: DeepSeek-V2-Lite's 16 heads
+    assert planner.tp_sizes_that_work(16, None, 8) == [1, 2, 4, 8]
