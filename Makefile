@@ -25,7 +25,7 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: test-matrix bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -120,6 +120,10 @@ MOLECULE_LOGS := $(BUILD)/molecule
 # 12.1, the current one on SM 12.0, the incident's on SM 10.3). Alone:
 test-matrix: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name stack_matrix
+
+# The model zoo alone (also in make test): each model served after site.yml with the compile tripwire set.
+test-zoo: debs venv link lab-images
+	$(BIN)/molecule test --scenario-name zoo
 
 molecule: debs venv link
 	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)

@@ -11,24 +11,30 @@ comes from the real SGLang release installed beside it:
   (attention and sampling backends, KV cache dtype, page size: SGLang's own code, given the
   node's simulated GPUs, which torch reports through the lab's torch shim);
 - the model's shape is SGLang's `ModelConfig` of the model directory (config.json);
-- requests are normalised by SGLang's `SamplingParams`; the decode tensor-core choice is
-  SGLang's `should_use_tensor_core`.
-What is simulated: loading weights (a sleep) and running kernels (none run). FlashInfer's
-modules are acquired through FlashInfer's own getters at the moments SGLang's code calls them
-(sources: sglang/srt/layers/attention/flashinfer_backend.py, sglang/srt/layers/sampler.py):
-- the FlashInfer attention backend's modules at the start-up warm-up request (a greedy one);
+- requests are normalised by SGLang's `SamplingParams`;
+- attention: SGLang's own attention backend (the class its registry picks for the resolved
+  backend: FlashInferAttnBackend, FlashInferMLAAttnBackend for an MLA model) runs its planning
+  (init_forward_metadata) and, for a dense model, its forward, for each batch the server goes
+  through: the start-up warm-up request (a greedy one), then each request's own extend (its
+  cached prefix, if it hits an earlier prompt) and a decode step. Every FlashInfer module the
+  backend asks for is really loaded by FlashInfer (from its cache, or JIT-built), then handed
+  back as a stand-in whose kernels do nothing (no GPU); Triton kernels are not launched.
+  This harness is the lab's own, written apart from the role's planner
+  (roles/flashinfer/files/inferops_sglang_plan.py), so that a disagreement fails here.
+What is simulated: loading weights (a sleep) and running kernels (none run). Besides attention:
 - `sampling` at the first request that needs top-k / top-p / min-p (a temperature-only or
-  greedy request samples with torch);
-- `cascade` (merge_state) at the first request that hits the prefix cache.
-Each acquisition logs whether the module came from the cache or was compiled at run time (an object or library
-in FlashInfer's cache added or rewritten); a getter that fails fails the request, and the server exits, as
+  greedy request samples with torch; sglang/srt/layers/sampler.py).
+Each module load logs whether the module came from the cache or was compiled at run time (an object or library
+in FlashInfer's cache added or rewritten); a load that fails fails the request, and the server exits, as
 SGLang's scheduler does.
 Serves /health, /health_generate, /v1/models, /model_info and POST /generate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import inspect
 import json
 import logging
 import os
@@ -37,6 +43,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 import typing as t
 
 LOG = logging.getLogger("sglang.launch_server")
@@ -48,73 +55,176 @@ def attention_backends(resolved: t.Mapping[str, t.Any]) -> t.Tuple[str, str]:
     return (resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base)
 
 
-class Model:
-    """What the FlashInfer backend reads of one model: SGLang's ModelConfig for it."""
+class Stub:
+    """LAB: what a loaded FlashInfer module's entry points return here (no kernel runs); FlashInfer's optional
+    entry points (probed with hasattr) are absent."""
 
-    def __init__(self, server_args: t.Any, draft: bool = False) -> None:
-        from sglang.srt.arg_groups.model_override_base import model_config_of  # noqa: PLC0415
-        from sglang.srt.configs.model_config import ModelConfig  # noqa: PLC0415
+    def __getattr__(self, attr: str) -> t.Any:
+        if attr.startswith("__") or attr == "plan_with_staged_workspace_bytes":
+            raise AttributeError(attr)
+        return Stub()
 
-        config = (ModelConfig.from_server_args(server_args, model_path=server_args.speculative_draft_model_path) if draft
-                  else model_config_of(server_args))
-        tp = int(getattr(server_args, "tp_size", 1) or 1)
-        self.draft = draft
-        self.path = config.model_path
-        self.dtype = config.dtype
-        self.head_dim = int(config.head_dim)
-        self.v_head_dim = int(config.v_head_dim or config.head_dim)
-        self.heads = int(config.num_attention_heads) // tp
-        self.kv_heads = int(config.get_num_kv_heads(tp))
-        self.sliding_window = config.sliding_window_size if config.is_hybrid_swa else None
-        self.logit_cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> Stub:
+        return Stub()
 
 
-def kv_dtype(resolved: t.Mapping[str, t.Any], model: Model) -> t.Any:
-    """The KV cache's torch dtype, by SGLang's own mapping (ModelRunner.configure_kv_cache_dtype)."""
-    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
+class Attention:
+    """One model's attention as SGLang's scheduler drives it, on a node without a GPU."""
 
-    return configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=model.dtype,
-        is_draft_worker=model.draft, is_dflash=str(resolved.get("speculative_algorithm") or "").upper() == "DFLASH",
-        speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
-        speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+    def __init__(self, server_args: t.Any, resolved: t.Mapping[str, t.Any], draft: bool) -> None:
+        # pylint: disable=import-outside-toplevel
+        import torch  # noqa: PLC0415
+        from sglang.srt import runtime_context  # noqa: PLC0415
+        from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view  # noqa: PLC0415
+        from sglang.srt.configs.model_config import AttentionArch, ModelConfig  # noqa: PLC0415
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: PLC0415
+        from sglang.srt.mem_cache import kv_index_translator, memory_pool  # noqa: PLC0415
+        from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
+        from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: PLC0415
+            resolve_sliding_window_size,
+        )
+        from sglang.srt.models.registry import ModelRegistry  # noqa: PLC0415
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: PLC0415
 
-
-def flashinfer_attention(resolved: t.Mapping[str, t.Any], model: Model) -> t.List[t.Tuple[str, t.Any]]:
-    """The modules SGLang's FlashInfer backend acquires for one model: one paged/ragged prefill module per wrapper
-    (a second one with the sliding window), and for decode the prefill module again when tensor cores are used
-    (SGLang's own should_use_tensor_core), else the decode module."""
-    import torch  # noqa: PLC0415
-    from flashinfer.decode import get_batch_decode_module  # noqa: PLC0415
-    from flashinfer.prefill import get_batch_prefill_module  # noqa: PLC0415
-    from flashinfer.utils import determine_attention_backend  # noqa: PLC0415
-    from sglang.srt.layers.attention.flashinfer_backend import should_use_tensor_core  # noqa: PLC0415
-    from sglang.srt.runtime_context import get_platform  # noqa: PLC0415
-
-    sm100 = get_platform().is_sm100
-    if sm100:
-        LOG.warning("LAB SIMULATION: FlashInfer attention on SM 10.x (SGLang's ragged prefill on fa2 / CUTLASS FMHA) is not "
-                    "simulated; only the paged prefill and decode modules are acquired")
-    kv = kv_dtype(resolved, model)
-    tensor_cores = should_use_tensor_core(kv_cache_dtype=kv, num_attention_heads=model.heads, num_kv_heads=model.kv_heads)
-    calls: t.List[t.Tuple[str, t.Any]] = []
-    windows = [True, False] if model.sliding_window is not None else [False]
-    for window in windows:
-        args = (model.dtype, kv, model.dtype, torch.int32, model.head_dim, model.v_head_dim, 0, window, model.logit_cap > 0)
-        calls.append(("batch_prefill (fa2) for %s" % model.path, lambda args=args: get_batch_prefill_module("fa2", *args, False)))
-        if not sm100:
-            # the ragged wrapper is made with backend "auto": its plan asks FlashInfer which (on SM 10.x SGLang passes fa2
-            # or FlashInfer's CUTLASS FMHA instead)
-            ragged = determine_attention_backend(torch.device("cuda", 0), 0, False, False, model.dtype, kv,
-                                                 head_dim_qk=model.head_dim, head_dim_vo=model.v_head_dim)
-            calls.append(("ragged prefill (%s) for %s" % (ragged, model.path),
-                          lambda args=args, ragged=ragged: get_batch_prefill_module(ragged, *args, False)))
-        if tensor_cores:
-            calls.append(("decode with tensor cores (batch_prefill fa2) for %s" % model.path,
-                          lambda args=args: get_batch_prefill_module("fa2", *args, False)))
+        draft_path = resolved.get("speculative_draft_model_path")
+        config = ModelConfig.from_server_args(server_args, model_path=draft_path) if draft else model_config_of(server_args)
+        runtime_context.publish(server_args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
+        tp = runtime_context.parallel_widths_of(resolving_view(server_args))["attn_tp_size"]
+        prefill, decode = attention_backends(resolved)
+        algorithm = resolved.get("speculative_algorithm")
+        kv = configure_kv_cache_dtype(
+            server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
+            is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
+            speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+            speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+        model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
+        model = types.SimpleNamespace(config=config.hf_config)
+        if hasattr(model_cls, "get_attention_sliding_window_size"):
+            model.get_attention_sliding_window_size = model_cls.get_attention_sliding_window_size.__get__(model)
+        try:
+            window = resolve_sliding_window_size(model, config)
+        except AttributeError:  # a window the loaded model's constructor sets (EAGLE3's draft window): none given here
+            window = resolve_sliding_window_size(types.SimpleNamespace(config=config.hf_config), config)
+        self.page = int(resolved.get("page_size") or 1)
+        self.config, self.tp, self.window, self.kv = config, tp, window, kv
+        self.runner = types.SimpleNamespace(
+            device="cpu", gpu_id=0, model_config=config, server_args=server_args, dtype=config.dtype, kv_cache_dtype=kv,
+            kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=self.page,
+            prefill_attention_backend_str=prefill, decode_attention_backend_str=decode, draft_attention_backend=None,
+            is_draft_worker=draft, spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
+            use_mla_backend=config.attention_arch == AttentionArch.MLA, init_new_workspace=False, sliding_window_size=window,
+            is_hybrid_swa=bool(config.is_hybrid_swa), attention_chunk_size=getattr(config, "attention_chunk_size", None),
+            hisparse_coordinator=None, model=torch.nn.Module(), max_running_requests=4, canary_manager=None,
+            plan_stream_for_flashinfer="LAB: no CUDA stream")
+        self.runner.req_to_token_pool = memory_pool.ReqToTokenPool(size=4, max_context_len=512, device="cpu",
+                                                                   enable_memory_saver=False)
+        if self.runner.use_mla_backend:
+            pool = memory_pool.MLATokenToKVPool(size=2048 + self.page, page_size=self.page, dtype=kv, layer_num=1,
+                                                kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim,
+                                                device="cpu", enable_memory_saver=False)
         else:
-            calls.append(("batch_decode for %s" % model.path, lambda args=args: get_batch_decode_module(*args)))
-    return calls
+            pool = memory_pool.MHATokenToKVPool(size=2048 + self.page, page_size=self.page, dtype=kv, layer_num=1,
+                                                head_num=config.get_num_kv_heads(tp), head_dim=config.head_dim, device="cpu",
+                                                enable_memory_saver=False, enable_alt_stream=False)
+        self.runner.token_to_kv_pool = pool
+        self.runner.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=self.page, get_kvcache=lambda: pool)
+        translator = kv_index_translator.KVIndexTranslator
+        wanted = {"req_to_token": self.runner.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator":
+                  self.runner.token_to_kv_pool_allocator, "token_to_kv_pool": pool, "page_size": self.page, "device": "cpu",
+                  "is_draft_worker": draft}
+        takes = inspect.signature(translator).parameters
+        self.runner.kv_index_translator = translator(**{key: value for key, value in wanted.items() if key in takes})
+        self.backend = ATTENTION_BACKENDS[decode](self.runner)
+        self.label = "%s %s (%s)" % ("draft" if draft else "model", config.model_path, type(self.backend).__name__)
+
+    def describe(self) -> str:
+        heads = int(self.config.num_attention_heads) // self.tp
+        return "%s: %s, head dim %d, %d heads / %d KV heads per rank, KV cache %s, sliding window %s" % (
+            self.label, self.config.dtype, self.config.head_dim, heads, self.config.get_num_kv_heads(self.tp), self.kv,
+            self.window)
+
+    def step(self, prefix: int, new: int, decode: bool) -> None:
+        """One batch of one request through the backend: plan it, then run each kind of attention layer the model has."""
+        # pylint: disable=import-outside-toplevel
+        import torch  # noqa: PLC0415
+        from sglang.srt.layers.radix_attention import RadixAttention  # noqa: PLC0415
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: PLC0415
+
+        total = prefix + new
+        table = self.runner.req_to_token_pool.req_to_token
+        for position in range(total):
+            table[0, position] = self.page + position
+        seq = torch.tensor([total], dtype=torch.int32)
+        batch = ForwardBatch(forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND, batch_size=1,
+                             input_ids=torch.zeros(new, dtype=torch.int64), req_pool_indices=torch.zeros(1, dtype=torch.int32),
+                             seq_lens=seq, seq_lens_cpu=seq.clone(), seq_lens_sum=total,
+                             out_cache_loc=torch.arange(self.page + prefix, self.page + total, dtype=torch.int64),
+                             positions=torch.arange(prefix, total, dtype=torch.int64))
+        if hasattr(self.runner.kv_index_translator, "bind_own_plan"):
+            self.runner.kv_index_translator.bind_own_plan(batch)
+        if not decode:
+            batch.extend_prefix_lens, batch.extend_prefix_lens_cpu = torch.tensor([prefix], dtype=torch.int32), [prefix]
+            batch.extend_seq_lens, batch.extend_seq_lens_cpu = torch.tensor([new], dtype=torch.int32), [new]
+            batch.extend_num_tokens = new
+        self.backend.init_forward_metadata(batch)
+        if self.runner.use_mla_backend:
+            return  # the MLA backend's forward runs the wrappers it planned; the layer shapes are DeepSeek's own code's
+        config = self.config
+        heads, kv_heads = int(config.num_attention_heads) // self.tp, int(config.get_num_kv_heads(self.tp))
+        cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
+        for window in [-1] + ([int(self.window)] if self.window else []):
+            layer = RadixAttention(heads, config.head_dim, config.head_dim ** -0.5, kv_heads, layer_id=0, logit_cap=cap,
+                                   sliding_window_size=window)
+            q = torch.zeros(new, heads * config.head_dim, dtype=config.dtype)
+            k = torch.zeros(new, kv_heads, config.head_dim, dtype=config.dtype)
+            run = self.backend.forward_decode if decode else self.backend.forward_extend
+            run(q, k, k.clone(), layer, batch, save_kv_cache=False)
+
+
+@contextlib.contextmanager
+def without_gpu(engine: Engine) -> t.Iterator[None]:
+    """LAB: while SGLang's backend plans and runs, every FlashInfer module it asks for is loaded for real (the cache, or a
+    JIT build: logged) and handed back as a Stub; Triton launches nothing; tensors are made in host memory; FlashInfer's
+    device questions about a host tensor are answered for GPU 0 (the lab's torch reports the profile's GPUs)."""
+    import torch  # noqa: PLC0415
+    import triton.runtime.jit as triton_jit  # noqa: PLC0415
+    from flashinfer import utils as fi_utils  # noqa: PLC0415
+    from flashinfer.jit import core  # noqa: PLC0415
+
+    load = core.JitSpec.build_and_load
+
+    def load_for_real(spec: t.Any) -> Stub:
+        engine.acquire(spec.name, lambda: load(spec))
+        return Stub()
+
+    def on_gpu0(original: t.Callable[[t.Any], t.Any]) -> t.Callable[[t.Any], t.Any]:
+        return lambda device: original(torch.device("cuda", 0) if getattr(device, "type", None) == "cpu" else device)
+
+    def host(factory: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+        def make(*args: t.Any, **kwargs: t.Any) -> t.Any:
+            kwargs.pop("pin_memory", None)
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return factory(*args, **kwargs)
+        return make
+
+    undo: t.List[t.Tuple[t.Any, str, t.Any]] = []
+    replacements = [(core.JitSpec, "build_and_load", load_for_real), (triton_jit.JITFunction, "run", lambda *a, **k: None)]
+    replacements += [(torch, name, host(getattr(torch, name))) for name in ("empty", "zeros", "ones", "full", "arange", "tensor")]
+    answers = {id(fi_utils.get_compute_capability): on_gpu0(fi_utils.get_compute_capability),
+               id(fi_utils.get_device_properties): on_gpu0(fi_utils.get_device_properties)}
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.startswith(("flashinfer", "sglang")):
+            replacements += [(module, attr, answers[id(value)]) for attr, value in list(vars(module).items())
+                             if id(value) in answers]
+    for owner, attr, value in replacements:
+        undo.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, value)
+    try:
+        yield
+    finally:
+        for owner, attr, value in reversed(undo):
+            setattr(owner, attr, value)
 
 
 def built_files() -> t.Dict[str, t.Tuple[int, int]]:
@@ -145,19 +255,34 @@ class Engine:
         self.lock = threading.Lock()
         self.sampling_backend = resolved.get("sampling_backend")
         self.prefill_backend, self.decode_backend = attention_backends(resolved)
+        self.attention: t.List[Attention] = []
+        self.used: t.List[str] = []
 
-    def acquire(self, label: str, getter: t.Callable[[], t.Any]) -> None:
-        """One FlashInfer module through FlashInfer's own getter: a cache lookup and load, or a JIT build."""
-        if label in self.loaded:
+    def acquire(self, name: str, load: t.Callable[[], t.Any]) -> None:
+        """One FlashInfer module loaded by FlashInfer itself: a cache lookup and load, or a JIT build."""
+        kind = name
+        for separator in ("_with_kv_cache", "_dtype_"):
+            kind = kind.split(separator, 1)[0]
+        self.used.append(kind)
+        if name in self.loaded:
             return
         before = built_files()
         started = time.monotonic()
-        getter()
-        self.loaded[label] = round(time.monotonic() - started, 2)
+        load()
+        self.loaded[name] = round(time.monotonic() - started, 2)
         after = built_files()
         new = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
-        LOG.info("FlashInfer module %s: %s in %.2f s", label,
-                 "JIT-BUILT AT RUN TIME (%s)" % ", ".join(new) if new else "loaded from the cache", self.loaded[label])
+        LOG.info("FlashInfer module %s: %s in %.2f s", name,
+                 "JIT-BUILT AT RUN TIME (%s)" % ", ".join(new) if new else "loaded from the cache", self.loaded[name])
+
+    def attend(self, prefix: int, new: int) -> None:
+        """A request's extend (after its cached prefix) and one decode step, through every model's attention backend."""
+        if not self.attention:
+            return
+        with without_gpu(self):
+            for attention in self.attention:
+                attention.step(prefix, new, decode=False)
+                attention.step(prefix + new, 1, decode=True)
 
     def warm_up(self) -> None:
         """SGLang's start-up warm-up request: greedy, one prefill and decode step through the attention backend."""
@@ -166,16 +291,14 @@ class Engine:
 
         archs = sorted("%d.%s" % arch for arch in jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
         LOG.info("FlashInfer %s, target archs: %s", flashinfer.__version__, " ".join(archs) or "set()")
-        models = [Model(self.server_args)]
-        if self.resolved.get("speculative_draft_model_path"):
-            models.append(Model(self.server_args, draft=True))
-        if "flashinfer" in (self.prefill_backend, self.decode_backend):
-            for model in models:
-                LOG.info("model %s: %s, head dim %d, %d heads / %d KV heads per rank, KV cache %s, sliding window %s, "
-                         "logit cap %s", model.path, model.dtype, model.head_dim, model.heads, model.kv_heads,
-                         kv_dtype(self.resolved, model), model.sliding_window, model.logit_cap or "none")
-                for label, getter in flashinfer_attention(self.resolved, model):
-                    self.acquire(label, getter)
+        if self.decode_backend == "flashinfer" and self.prefill_backend == "flashinfer":
+            with without_gpu(self):
+                self.attention = [Attention(self.server_args, self.resolved, draft=False)]
+                if self.resolved.get("speculative_draft_model_path"):
+                    self.attention.append(Attention(self.server_args, self.resolved, draft=True))
+            for attention in self.attention:
+                LOG.info("%s", attention.describe())
+            self.attend(0, 8)
         else:
             LOG.info("attention backends %s / %s: FlashInfer's attention modules are not used (LAB: kernels of other "
                      "backends are not simulated)", self.prefill_backend, self.decode_backend)
@@ -188,24 +311,26 @@ class Engine:
         sampling.verify(32000)
         tokens = text.split()
         with self.lock:
-            hit = any(previous[:1] == tokens[:1] and tokens for previous in self.prefixes)
+            cached = 0
+            for previous in self.prefixes:
+                shared = 0
+                while shared < min(len(previous), len(tokens) - 1) and previous[shared] == tokens[shared]:
+                    shared += 1
+                cached = max(cached, shared)
             self.prefixes.append(tokens)
-            used = []
-            if hit and "flashinfer" in (self.prefill_backend, self.decode_backend):
-                # A cached prefix: the extend step merges the prefix's and the new tokens' attention states.
-                from flashinfer.cascade import get_cascade_module  # noqa: PLC0415
-
-                self.acquire("cascade (merge_state)", get_cascade_module)
-                used.append("cascade")
+            self.used = []
+            # the stand-in's pools hold 512 tokens a request
+            self.attend(min(cached, 256), min(max(len(tokens) - cached, 1), 254))
             greedy = sampling.top_k <= 1
             needs_kernel = sampling.top_p != 1.0 or sampling.top_k != TOP_K_ALL or sampling.min_p > 0
             if not greedy and needs_kernel and self.sampling_backend == "flashinfer":
                 from flashinfer.sampling import get_sampling_module  # noqa: PLC0415
 
                 self.acquire("sampling", get_sampling_module)
-                used.append("sampling")
+            used = sorted(set(self.used))
         return {"text": " ".join(reversed(tokens)) or "(simulated)", "meta_info": {
-            "prefix_cache_hit": hit, "greedy": greedy, "flashinfer_modules": used, "lab_simulation": True}}
+            "prefix_cache_hit": cached > 0, "cached_tokens": cached, "greedy": greedy, "flashinfer_modules": used,
+            "lab_simulation": True}}
 
 
 class State:

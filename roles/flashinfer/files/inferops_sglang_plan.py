@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import logging
 import pathlib
 import sys
 import types
@@ -245,7 +246,15 @@ def sliding_window(model_config: t.Any) -> t.Any:
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.models.registry import ModelRegistry
 
-    cls = ModelRegistry.resolve_model_cls(model_config.hf_config.architectures)[0]
+    # SGLang's registry imports every model module it has to find the class; the ones this venv cannot import (their
+    # GPU-only dependencies) are logged as warnings, which say nothing about this model
+    registry_log = logging.getLogger("sglang.srt.models.registry")
+    level = registry_log.level
+    registry_log.setLevel(logging.ERROR)
+    try:
+        cls = ModelRegistry.resolve_model_cls(model_config.hf_config.architectures)[0]
+    finally:
+        registry_log.setLevel(level)
     model = types.SimpleNamespace(config=model_config.hf_config)
     if hasattr(cls, "get_attention_sliding_window_size"):
         model.get_attention_sliding_window_size = cls.get_attention_sliding_window_size.__get__(model)  # type: ignore[attr-defined]
@@ -256,11 +265,11 @@ def sliding_window(model_config: t.Any) -> t.Any:
 
 
 def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
-           widths: t.Mapping[str, t.Any]) -> types.SimpleNamespace:
+           widths: t.Mapping[str, t.Any], *, device: str = "cpu") -> types.SimpleNamespace:
     """The model runner the backend reads. SGLang's: the model config, dtype, KV cache dtype (its configure_kv_cache_dtype),
     page size, backends, speculative algorithm, MLA or not, sliding window, the pools and the KV index translator (its
     classes). Ours: device "cpu", GPU 0, a 2-request pool of 64 tokens with one layer, the allocator's two fields, an empty
-    model, no new workspace, no CUDA stream for EAGLE's planning."""
+    model, no new workspace, no CUDA stream for EAGLE's planning. (tests/device runs the same backend on a GPU: device "cuda".)"""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
     from sglang.srt.configs.model_config import AttentionArch
@@ -283,7 +292,7 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
     page_size = int(resolved.get("page_size") or 1)
     context, requests = 64, 2
     node = types.SimpleNamespace(
-        device="cpu", gpu_id=0, model_config=model_config, server_args=server_args, dtype=model_config.dtype,
+        device=device, gpu_id=0, model_config=model_config, server_args=server_args, dtype=model_config.dtype,
         kv_cache_dtype=kv_dtype, kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=page_size,
         prefill_attention_backend_str=prefill, decode_attention_backend_str=decode_backend, draft_attention_backend=None,
         is_draft_worker=draft, spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
@@ -292,21 +301,21 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
         attention_chunk_size=getattr(model_config, "attention_chunk_size", None), hisparse_coordinator=None,
         model=torch.nn.Module(), max_running_requests=requests, plan_stream_for_flashinfer="planning: no stream",
         canary_manager=None)
-    node.req_to_token_pool = ReqToTokenPool(size=requests, max_context_len=context, device="cpu", enable_memory_saver=False)
+    node.req_to_token_pool = ReqToTokenPool(size=requests, max_context_len=context, device=device, enable_memory_saver=False)
     size = requests * context + page_size
     if node.use_mla_backend:
         node.token_to_kv_pool = MLATokenToKVPool(
             size=size, page_size=page_size, dtype=kv_dtype, kv_lora_rank=model_config.kv_lora_rank,
-            qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=1, device="cpu", enable_memory_saver=False)
+            qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=1, device=device, enable_memory_saver=False)
     else:
         node.token_to_kv_pool = MHATokenToKVPool(
             size=size, page_size=page_size, dtype=kv_dtype,
             head_num=model_config.get_num_kv_heads(widths["attn_tp_size"]), head_dim=model_config.head_dim, layer_num=1,
-            device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+            device=device, enable_memory_saver=False, enable_alt_stream=False)
     node.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=page_size, get_kvcache=lambda: node.token_to_kv_pool)
     # what SGLang's ModelRunner.init_kv_index_translator passes (0.5.23 adds is_draft_worker)
     offered = {"req_to_token": node.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator": node.token_to_kv_pool_allocator,
-               "token_to_kv_pool": node.token_to_kv_pool, "page_size": page_size, "device": "cpu", "is_draft_worker": draft}
+               "token_to_kv_pool": node.token_to_kv_pool, "page_size": page_size, "device": device, "is_draft_worker": draft}
     node.kv_index_translator = KVIndexTranslator(**accepted(KVIndexTranslator, offered))
     return node
 
@@ -324,28 +333,29 @@ def accepted(cls: t.Any, offered: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
 
 
 def batch(node: types.SimpleNamespace, mode_name: str, prefix: int, new: int) -> t.Any:
-    """One request's ForwardBatch as SGLang's scheduler hands it to the backend (its KV slots laid out in order)."""
+    """One request's ForwardBatch as SGLang's scheduler hands it to the backend (its KV slots laid out in order), on the
+    runner's device."""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     mode = getattr(ForwardMode, mode_name)
-    total = prefix + new
-    first = node.page_size
+    total, first, device = prefix + new, node.page_size, node.device
     for position in range(total):
         node.req_to_token_pool.req_to_token[0, position] = first + position
     lens = torch.tensor([total], dtype=torch.int32)
-    forward = ForwardBatch(forward_mode=mode, batch_size=1, input_ids=torch.zeros(new, dtype=torch.int64),
-                           req_pool_indices=torch.zeros(1, dtype=torch.int32), seq_lens=lens, seq_lens_cpu=lens.clone(),
-                           out_cache_loc=torch.arange(first + prefix, first + total, dtype=torch.int64), seq_lens_sum=total,
-                           positions=torch.arange(prefix, total, dtype=torch.int64))
+    forward = ForwardBatch(forward_mode=mode, batch_size=1, input_ids=torch.zeros(new, dtype=torch.int64, device=device),
+                           req_pool_indices=torch.zeros(1, dtype=torch.int32, device=device), seq_lens=lens.to(device),
+                           seq_lens_cpu=lens, seq_lens_sum=total,
+                           out_cache_loc=torch.arange(first + prefix, first + total, dtype=torch.int64, device=device),
+                           positions=torch.arange(prefix, total, dtype=torch.int64, device=device))
     if hasattr(node.kv_index_translator, "bind_own_plan"):
         # 0.5.23: a batch carries the KV ids its ScheduleBatch planned (init_new); 0.5.21 reads them from the batch
         node.kv_index_translator.bind_own_plan(forward)
     if mode.is_extend():
-        forward.extend_prefix_lens = torch.tensor([prefix], dtype=torch.int32)
+        forward.extend_prefix_lens = torch.tensor([prefix], dtype=torch.int32, device=device)
         forward.extend_prefix_lens_cpu = [prefix]
-        forward.extend_seq_lens = torch.tensor([new], dtype=torch.int32)
+        forward.extend_seq_lens = torch.tensor([new], dtype=torch.int32, device=device)
         forward.extend_seq_lens_cpu = [new]
         forward.extend_num_tokens = new
     return forward
@@ -367,15 +377,15 @@ def layers(node: types.SimpleNamespace, widths: t.Mapping[str, t.Any]) -> t.List
 
 
 def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_batch: t.Any, new: int) -> None:
+    """The backend's forward_extend or forward_decode as RadixAttention.forward calls it (Q flat, K and V per head), with
+    the model's shapes; the KV cache is not written."""
     import torch  # pylint: disable=import-error,import-outside-toplevel
 
     q = torch.zeros(new, layer.tp_q_head_num * layer.head_dim, dtype=node.dtype)
-    k = torch.zeros(new, layer.tp_k_head_num * layer.head_dim, dtype=node.dtype)
-    v = torch.zeros(new, layer.tp_v_head_num * layer.v_head_dim, dtype=node.dtype)
-    if forward_batch.forward_mode.is_extend():
-        backend.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=False)
-    else:
-        backend.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=False)
+    k = torch.zeros(new, layer.tp_k_head_num, layer.head_dim, dtype=node.dtype)
+    v = torch.zeros(new, layer.tp_v_head_num, layer.v_head_dim, dtype=node.dtype)
+    run = backend.forward_extend if forward_batch.forward_mode.is_extend() else backend.forward_decode
+    run(q, k, v, layer, forward_batch, save_kv_cache=False)
 
 
 def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
