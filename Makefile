@@ -109,10 +109,11 @@ lab-images: debs venv
 # second caller of the same compile wait for the first). Their output goes to .build/molecule/<scenario>.log and is
 # printed at the end.
 MOLECULE_MAIN := default
-# The second lane: the scenarios that compile nothing from the start (beside default's check and converge: they wait on
-# their nodes' services and pip more than they use a core, and the time they take there is not the tail's), then, once
-# default's converge is over, stack_matrix (its own compiles).
-MOLECULE_EARLY := incident toolkit_apt flashinfer_strategies
+# The second lane: from the start, zoo (its own compiles: SGLang 0.5.23 and FlashInfer 0.7.2 on 12.0f, none of them
+# default's) and the scenarios that compile nothing (they wait on their nodes' services and pip more than they use a
+# core), then, once default's converge is over, stack_matrix (its own compiles; its PRO 6000 node's sampling, prefill and
+# cascade are zoo's, from the lab's compile cache).
+MOLECULE_EARLY := zoo incident toolkit_apt flashinfer_strategies
 MOLECULE_BESIDE := stack_matrix
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0

@@ -35,6 +35,7 @@ import time
 import typing as t
 
 CACHE = os.environ.get("LAB_NVCC_CACHE_DIR", "/var/cache/lab-nvcc-cache")
+FORMAT = 2
 # While this file exists every call compiles for real (molecule/lab/damage.yml needs a build that takes long enough
 # to be killed halfway).
 OFF = os.environ.get("LAB_NVCC_CACHE_OFF", "/etc/inferops-lab/nvcc-cache-off")
@@ -102,7 +103,15 @@ def main(argv: t.List[str]) -> int:
         return rc
     os.umask(0)
     root = os.path.dirname(os.path.dirname(nvcc))
-    placeholders = [(out + ".d", "@DEP@"), (dep, "@DEP@"), (out, "@OUT@"), (src, "@SRC@"), (root, "@CUDA@")]
+    # the source's own directory too: FlashInfer generates each module's sources and its config header
+    # (batch_decode_config.inc, ...) into a directory of the module's own, and two modules' .cu files are often the same
+    # text that includes a different header beside it -- a header recorded by its absolute path would let the second
+    # module hit the first one's object
+    placeholders = [(out + ".d", "@DEP@"), (dep, "@DEP@"), (out, "@OUT@"), (src, "@SRC@"),
+                    (os.path.dirname(src) + os.sep, "@SRCDIR@" + os.sep), (root, "@CUDA@")]
+
+    # the longest path first: the source's directory may hold the toolkit (or the other way round)
+    placeholders.sort(key=lambda pair: -len(pair[0]))
 
     def normal(text: str) -> str:
         for real, mark in placeholders:
@@ -110,12 +119,13 @@ def main(argv: t.List[str]) -> int:
         return text
 
     def real(text: str) -> str:
-        for path, mark in reversed(placeholders):
+        for path, mark in placeholders:
             text = text.replace(mark, path)
         return text
 
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256(json.dumps([version, [normal(arg) for arg in argv[1:]], sha256_file(src)]).encode()).hexdigest()
+    # FORMAT: entries recorded before the source directory was a placeholder are not looked up
+    key = hashlib.sha256(json.dumps([FORMAT, version, [normal(arg) for arg in argv[1:]], sha256_file(src)]).encode()).hexdigest()
     with key_lock(key):
         manifest_path = os.path.join(CACHE, "manifests", key + ".json")
         started = time.monotonic()

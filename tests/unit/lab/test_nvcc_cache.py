@@ -124,3 +124,34 @@ def test_two_calls_at_once_compile_once(tmp_path: t.Any) -> None:
     assert [run.wait(timeout=30) for run in runs] == [0, 0]
     assert calls(nvcc) == 1
     assert (tmp_path / "build0" / "k.cuda.o").read_text() == (tmp_path / "build1" / "k.cuda.o").read_text() == "kernel 1\nheader 1\n"
+
+
+FAKE_NVCC_WITH_CONFIG = """#!/bin/sh
+# as FAKE_NVCC, and the source reads a config header beside it (named in its dependency file)
+[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }
+echo x >> "$(dirname "$0")/calls"
+while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift;; -MF) dep=$2; shift;; -c) src=$2; shift;; esac; shift; done
+inc="$(dirname "$(dirname "$0")")/include/h.cuh"
+cfg="$(dirname "$src")/config.inc"
+cat "$src" "$inc" "$cfg" > "$out"
+printf '%s: %s %s %s\\n' "$out" "$src" "$inc" "$cfg" > "$dep"
+"""
+
+
+def test_the_same_source_beside_another_modules_header_compiles_again(cache: t.Any, tmp_path: t.Any) -> None:
+    # FlashInfer writes each module's sources and its config header into a directory of the module's own: two modules'
+    # binding .cu files are the same text, including a different batch_decode_config.inc beside each
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC_WITH_CONFIG)
+    objects = []
+    for module, config in (("head_dim_128", "HEAD_DIM 128\n"), ("head_dim_256", "HEAD_DIM 256\n")):
+        source_dir = tmp_path / "generated" / module
+        source_dir.mkdir(parents=True)
+        (source_dir / "binding.cu").write_text("binding\n")
+        (source_dir / "config.inc").write_text(config)
+        out = str(tmp_path / ("%s.cuda.o" % module))
+        assert cache.main([nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d", "-c", str(source_dir / "binding.cu"),
+                           "-o", out]) == 0
+        objects.append(open(out).read())
+    assert objects == ["binding\nheader 1\nHEAD_DIM 128\n", "binding\nheader 1\nHEAD_DIM 256\n"]
+    assert calls(nvcc) == 2
