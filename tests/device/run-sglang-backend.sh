@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/sh
 # SGLang's own attention backends on the lent H200 (issue 31): the role's derivation (inferops-flashinfer's venv side:
 # SGLang's backend planning, with GPU memory watched while it runs), jit_cache's warm-up of what it derived, then
 # sglang_backend_check.py (forward_extend / forward_decode on the GPU against torch, FlashInfer's cache watched).
@@ -8,7 +8,7 @@ set -u
 case "${PHASE:-all}" in
   start)
     rm -rf /tmp/sgl-repo /tmp/sgl-run && cp -a . /tmp/sgl-repo && mkdir -p /tmp/sgl-run || exit 1
-    (cd /tmp/sgl-repo && setsid env OUT=/tmp/sgl-run PHASE=all bash tests/device/run-sglang-backend.sh </dev/null >/tmp/sgl-run/run.log 2>&1 &)
+    (cd /tmp/sgl-repo && setsid env OUT=/tmp/sgl-run PHASE=all sh tests/device/run-sglang-backend.sh </dev/null >/tmp/sgl-run/run.log 2>&1 &)
     echo "started in the background: /tmp/sgl-run"; exit 0 ;;
   collect)
     waited=0
@@ -28,7 +28,7 @@ tar -C "$site" -xJf .whl/sglang-0.5.23-py.tar.xz && tar -C "$site" -xJf .whl/fla
 step install 0 $(( $(date +%s) - t0 ))
 export PYTHONPATH="$site:$PWD/tests/device/stubs" PYTHONUNBUFFERED=1
 cuda=/usr/local/cuda-13.0; [ -x $cuda/bin/nvcc ] || cuda=/usr/local/cuda
-export CUDA_HOME=$cuda PATH=$cuda/bin:$PATH FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
+export CUDA_HOME="$cuda" PATH="$cuda/bin:$PATH" FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
 export SGLANG_CACHE_DIR=/tmp/sgl-ws/sglang FLASHINFER_WORKSPACE_BASE=/tmp/sgl-ws TRITON_CACHE_DIR=/tmp/sgl-ws/triton
 export SGLANG_JIT_CACHE_DIR=/tmp/sgl-ws/sglang/jit
 rm -rf /tmp/sgl-ws /tmp/sgl-zoo && mkdir -p /tmp/sgl-ws /tmp/sgl-zoo

@@ -327,8 +327,8 @@ def accepted(cls: t.Any, offered: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
                and parameter.kind is not parameter.VAR_KEYWORD and parameter.kind is not parameter.VAR_POSITIONAL
                and name not in offered]
     if missing:
-        raise PlanError("SGLang %s's %s needs %s, which the planner does not give" % (sglang_release(), cls.__name__,
-                                                                                    ", ".join(missing)))
+        raise PlanError("SGLang %s's %s needs %s, which the planner does not give"
+                        % (sglang_release(), cls.__name__, ", ".join(missing)))
     return {name: value for name, value in offered.items() if name in parameters}
 
 
