@@ -210,7 +210,7 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
         asked: t.List[t.Tuple[t.Any, str]] = []
         if resolved.get("sampling_backend") == "flashinfer":
             from flashinfer.sampling import get_sampling_module
-            asked.extend((spec, "SGLang's sampler, at the first top-k / top-p / min-p request")
+            asked.extend((spec, "top-k / top-p / min-p requests")
                          for spec in getter_specs(get_sampling_module))
         if backends & set(planner.FLASHINFER_BACKENDS):
             plans, recorder = planner.plan_service(server_args, resolved)
