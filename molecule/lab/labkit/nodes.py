@@ -35,8 +35,10 @@ from labkit.common import (
     require_root,
     run,
     ssh_key,
+    stamp_value,
     unmount_all,
     veth_name,
+    write_stamp,
 )
 from labkit.images import build
 from labkit.mirror import serve_mirror, stop_mirror, stop_store
@@ -148,6 +150,8 @@ def write_node_files(node: Node, profile: str, address: str) -> None:
 # the real nvcc's release, flags, source and headers (nvcc_cache/lab_nvcc_cache.py); an empty directory here measures a
 # machine that never compiled.
 NVCC_CACHE = os.environ.get("INFEROPS_LAB_NVCC_CACHE", "/var/cache/inferops-lab/nvcc-cache")
+# At most this many real compiles at once on the machine, all nodes together (default: its cores).
+COMPILE_JOBS = int(os.environ.get("INFEROPS_LAB_COMPILE_JOBS") or os.cpu_count() or 1)
 
 
 def nvcc_cache_dir() -> str:
@@ -157,6 +161,10 @@ def nvcc_cache_dir() -> str:
         os.makedirs(path)
         # written by each node's service user, whose uid differs from node to node
         os.chmod(path, 0o1777)
+    # the machine's compile job limit, shared by every node of every scenario (the cache's job slots): its cores
+    if stamp_value(os.path.join(path, "jobs")) != str(COMPILE_JOBS):
+        write_stamp(os.path.join(path, "jobs"), str(COMPILE_JOBS))
+        os.chmod(os.path.join(path, "jobs"), 0o644)
     return path
 
 

@@ -18,6 +18,10 @@ Cache: /var/cache/lab-nvcc-cache (the lab mounts the machine's /var/cache/infero
 /etc/inferops-lab/nvcc-cache-off exists, or for a command line it does not understand, it runs nvcc as
 given. Each call it sees appends hit, miss or off (and the node's name) to its log. Calls with the same key wait for each other
 (a lock per key): scenarios run side by side, and two nodes compiling the same source compile it once.
+
+A real compile also takes one of the machine's job slots (CACHE/jobs holds their count, the machine's cores, written by
+labctl), shared by every node of every scenario: ninja on each node starts as many nvcc jobs as it likes, and at most
+that many compile at once on the machine (four nodes of two ninjas each would otherwise run eight on two cores).
 """
 
 from __future__ import annotations
@@ -79,6 +83,42 @@ def log(entry: t.Dict[str, t.Any]) -> None:
         handle.write(json.dumps(entry) + "\n")
 
 
+def job_slots() -> int:
+    try:
+        with open(os.path.join(CACHE, "jobs")) as handle:
+            return max(1, int(handle.read().strip()))
+    except (OSError, ValueError):
+        return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def job_slot() -> t.Iterator[None]:
+    """One of the machine's compile slots, for the length of one real compile (a hit takes none); the kernel frees a
+    slot whose holder is killed."""
+    os.makedirs(os.path.join(CACHE, "slots"), mode=0o777, exist_ok=True)
+    slots = job_slots()
+    while True:
+        for number in range(slots):
+            handle = open(os.path.join(CACHE, "slots", str(number)), "a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        time.sleep(0.25)
+
+
+def compile_now(argv: t.List[str]) -> int:
+    with job_slot():
+        return subprocess.call(argv)
+
+
 @contextlib.contextmanager
 def key_lock(key: str) -> t.Iterator[None]:
     """Held while one call looks up, compiles and stores a key; the kernel releases it if the call is killed."""
@@ -94,14 +134,17 @@ def main(argv: t.List[str]) -> int:
         sys.stderr.write("LAB TRIPWIRE: a compile at run time was refused (%s exists): %s\n" % (DENY, " ".join(argv)))
         return 1
     out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
-    if not os.path.isdir(CACHE) or not nvcc.endswith("/nvcc") or not (out and dep and src):
+    if not os.path.isdir(CACHE):
         return subprocess.call(argv)
+    if not nvcc.endswith("/nvcc") or not (out and dep and src):
+        return compile_now(argv)
+    # entries, locks and slots are shared by nodes whose service users have different uids
+    os.umask(0)
     if os.path.exists(OFF):
         started = time.monotonic()
-        rc = subprocess.call(argv)
+        rc = compile_now(argv)
         log({"result": "off", "source": src, "rc": rc, "seconds": round(time.monotonic() - started, 2)})
         return rc
-    os.umask(0)
     root = os.path.dirname(os.path.dirname(nvcc))
     # the source's own directory too: FlashInfer generates each module's sources and its config header
     # (batch_decode_config.inc, ...) into a directory of the module's own, and two modules' .cu files are often the same
@@ -144,7 +187,7 @@ def main(argv: t.List[str]) -> int:
                     return 0
             except OSError:
                 continue
-        rc = subprocess.call(argv)
+        rc = compile_now(argv)
         if rc != 0:
             return rc
         with open(dep) as handle:

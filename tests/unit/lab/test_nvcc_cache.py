@@ -155,3 +155,35 @@ def test_the_same_source_beside_another_modules_header_compiles_again(cache: t.A
         objects.append(open(out).read())
     assert objects == ["binding\nheader 1\nHEAD_DIM 128\n", "binding\nheader 1\nHEAD_DIM 256\n"]
     assert calls(nvcc) == 2
+
+
+def test_real_compiles_share_the_machines_job_slots(tmp_path: t.Any) -> None:
+    """Four calls of four distinct sources at once (four nodes' ninjas), with two slots: never more than two compile at
+    once, and all four are compiled."""
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    # each compile records its start and end; the slots are what keeps more than two from overlapping
+    (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC.replace(
+        'echo x >>', 'echo "start $(date +%s.%N)" >> "$(dirname "$0")/spans"; sleep 1; '
+        'echo "end $(date +%s.%N)" >> "$(dirname "$0")/spans"; echo x >>'))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "jobs").write_text("2\n")
+    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
+               LAB_NVCC_DENY=str(tmp_path / "no-deny"))
+    runs = []
+    for index in range(4):
+        (tmp_path / ("k%d.cu" % index)).write_text("kernel %d\n" % index)
+        build = tmp_path / ("build%d" % index)
+        build.mkdir()
+        out = str(build / "k.cuda.o")
+        runs.append(subprocess.Popen([sys.executable, script, nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d",
+                                      "-c", str(tmp_path / ("k%d.cu" % index)), "-o", out], env=env))
+    assert [run.wait(timeout=60) for run in runs] == [0, 0, 0, 0]
+    assert calls(nvcc) == 4
+    events = sorted((float(stamp), 1 if what == "start" else -1)
+                    for what, stamp in (line.split() for line in (tmp_path / "cuda-13.0" / "bin" / "spans").read_text().splitlines()))
+    running, most = 0, 0
+    for _stamp, step in events:
+        running += step
+        most = max(most, running)
+    assert most == 2
