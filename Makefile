@@ -25,13 +25,15 @@ DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client
 LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_INVENTORY := inventories/lab
 
-.PHONY: test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: test-suite test-role test-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
 	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
+	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
+	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, B300 and RTX PRO 6000 nodes (also in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
 	@echo "make clean     make lab-down, then remove .venv and .build"
@@ -62,18 +64,46 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps --dest $(ANSIBLE_TEST_CACHE) pip==$(PIP_FOR_ANSIBLE_TEST)
 	cp tools/get_pip_offline.py $@
 
+# `make test` runs the whole suite; `make test ROLE=<role>` the per-role loop (test-role, below).
+test: $(if $(ROLE),test-role,test-suite)
+
 # lint, sanity (pip installs and pylint, mostly one core) and the unit tests run beside the lab from the start: the lab's
 # image build (debootstrap, one pip install, downloads) keeps one core busy at most, and they are over before default's
 # compiles fill both cores; after its converge the other scenarios take the second core. default prints as it runs;
-# the other scenarios', lint's, sanity's and the unit tests' output follows.
-test: debs venv link
-	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS)
-	@( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1 || rc=$$?; \
-	   echo "lint, sanity and unit tests: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc ) & checks=$$!; \
-	  lab=0; $(MAKE) --no-print-directory lab-images molecule || lab=$$?; \
+# the other scenarios', lint's, sanity's and the unit tests' output follows. At the end: the wall time, each lane's, the
+# machine's CPU time, and whether the run began on a fresh machine (no lab images, an empty compile cache) or a warm one
+# (also in .build/test-times.txt).
+test-suite: debs venv link
+	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS); started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
+	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
+	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1 || rc=$$?; \
+	   echo "lint, sanity and unit tests: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
+	   echo "lint, sanity and unit tests (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun ))" > $(BUILD)/checks.time ) & checks=$$!; \
+	  lab=0; begun=$$(date +%s); $(MAKE) --no-print-directory lab-images || lab=$$?; \
+	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun ))"; \
+	  test $$lab -ne 0 || $(MAKE) --no-print-directory molecule || lab=$$?; \
 	  wait $$checks || true; echo "== lint, sanity and unit tests, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
-	  echo "== lab and molecule: rc $$lab; lint, sanity and unit tests: rc $$(cat $(BUILD)/checks.rc)"; \
-	  test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0
+	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
+	  cpu=$$(( $$(tools/cpu-seconds) - cpu_before )); \
+	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
+	    echo "   machine CPU: $$cpu core-seconds, $$(( cpu * 100 / (wall * $$(nproc)) )) % of $$(nproc) cores"; \
+	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
+	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; } | tee $(BUILD)/test-times.txt; \
+	  exit $$rc
+
+# The per-role loop: ruff, ansible-lint on the role, every unit test (seconds), then molecule/role: one node through
+# site.yml (every role, the changed one among them), a second run that changes nothing, and a request served with the
+# compile tripwire set. Minutes on a machine whose lab compile cache holds the node's modules; make test before a merge.
+test-role: debs venv link
+	@test -n "$(ROLE)" && test -d roles/$(ROLE) || { echo "make test ROLE=<role>: '$(ROLE)' is not a role of this collection; one of: $(notdir $(wildcard roles/*))" >&2; exit 2; }
+	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; \
+	  $(BIN)/ruff check . && $(BIN)/ansible-lint roles/$(ROLE) && PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest -q tests/unit && \
+	  $(LABCTL) build --stack current && $(LABCTL) mirror --apt && $(BIN)/molecule test --scenario-name role; rc=$$?; \
+	  echo "== make test ROLE=$(ROLE): rc $$rc in $$(( $$(date +%s) - started )) s"; exit $$rc
+
+# make test on this machine as a new one runs it: a clean clone of HEAD, a new HOME, empty lab caches (tools/test-fresh).
+test-fresh:
+	tools/test-fresh
 
 lint: ruff ansible-lint
 
@@ -102,19 +132,14 @@ lab-images: debs venv
 	$(LABCTL) build --stack incident --stack current
 	$(LABCTL) mirror --apt
 
-# molecule scenarios on lab nodes (each scenario creates and destroys its own nodes, at its own addresses). default, the
-# longest, runs from the start and prints as it runs; its compiles fill both cores until its converge is over (it then
-# writes .build/molecule/default.converged). Beside it, one after another: MOLECULE_EARLY from the start, MOLECULE_BESIDE
-# once that converge is over (labctl serializes changes to the shared bridge and mirror; the lab's compile cache makes a
-# second caller of the same compile wait for the first). Their output goes to .build/molecule/<scenario>.log and is
-# printed at the end.
-MOLECULE_MAIN := default
-# The second lane: from the start, zoo (its own compiles: SGLang 0.5.23 and FlashInfer 0.7.2 on 12.0f, none of them
-# default's) and the scenarios that compile nothing (they wait on their nodes' services and pip more than they use a
-# core), then, once default's converge is over, stack_matrix (its own compiles; its PRO 6000 node's sampling, prefill and
-# cascade are zoo's, from the lab's compile cache).
-MOLECULE_EARLY := zoo incident toolkit_apt flashinfer_strategies
-MOLECULE_BESIDE := stack_matrix
+# molecule scenarios on lab nodes (each scenario creates and destroys its own nodes, at its own addresses), in lanes
+# that all start at once (tools/molecule-lanes): a lane runs its scenarios one after another, the first lane prints as
+# it runs, the others' logs (.build/molecule/<scenario>.log) are printed at the end. Nothing orders the lanes' compiles:
+# the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
+# two nodes need once (molecule/lab/nvcc_cache). Lanes, longest first: default (the incident stack on SM 12.0, the
+# current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo (six models on the current
+# stack on SM 12.0), then the scenarios that compile nothing; stack_matrix (the four other (stack, GPU family) pairs).
+MOLECULE_LANES := "default" "zoo incident toolkit_apt flashinfer_strategies" "stack_matrix"
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
 # and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; stack_matrix the four other pairs (both stacks on SM
@@ -127,26 +152,7 @@ test-zoo: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name zoo
 
 molecule: debs venv link
-	@rm -rf $(MOLECULE_LOGS); mkdir -p $(MOLECULE_LOGS)
-	@started=$$(date +%s); \
-	  ( main=0; $(BIN)/molecule test --scenario-name $(MOLECULE_MAIN) || main=$$?; echo $$main > $(MOLECULE_LOGS)/$(MOLECULE_MAIN).rc; \
-	    echo "$(MOLECULE_MAIN) rc=$$main seconds=$$(( $$(date +%s) - started ))" >> $(MOLECULE_LOGS)/lanes.txt ) & main=$$!; \
-	  others=0; for scenario in $(MOLECULE_EARLY) after-the-converge $(MOLECULE_BESIDE); do \
-	    if [ $$scenario = after-the-converge ]; then \
-	      while [ ! -f $(MOLECULE_LOGS)/$(MOLECULE_MAIN).converged ] && kill -0 $$main 2>/dev/null; do sleep 5; done; continue; \
-	    fi; \
-	    begun=$$(date +%s); rc=0; $(BIN)/molecule test --scenario-name $$scenario > $(MOLECULE_LOGS)/$$scenario.log 2>&1 || rc=$$?; \
-	    echo "$$scenario rc=$$rc seconds=$$(( $$(date +%s) - begun )) (started at +$$(( begun - started )) s)" >> $(MOLECULE_LOGS)/lanes.txt; \
-	    if [ $$rc -ne 0 ]; then others=$$rc; break; fi; \
-	  done; \
-	  wait $$main || true; \
-	  for scenario in $(MOLECULE_EARLY) $(MOLECULE_BESIDE); do \
-	    test -f $(MOLECULE_LOGS)/$$scenario.log || continue; \
-	    echo "== molecule scenario $$scenario, run beside $(MOLECULE_MAIN) (log: $(MOLECULE_LOGS)/$$scenario.log)"; \
-	    cat $(MOLECULE_LOGS)/$$scenario.log; \
-	  done; \
-	  echo "== molecule:"; cat $(MOLECULE_LOGS)/lanes.txt; \
-	  test "$$(cat $(MOLECULE_LOGS)/$(MOLECULE_MAIN).rc 2>/dev/null || echo 1)" -eq 0 && test $$others -eq 0
+	@MOLECULE=$(BIN)/molecule tools/molecule-lanes $(MOLECULE_LOGS) $(MOLECULE_LANES)
 
 # The whole story on a fresh two-node lab fleet (SIMULATED GPUs and SGLang; real systemd, toolkit, FlashInfer, compiles).
 LAB_PLAY := $(BIN)/ansible-playbook -i $(LAB_INVENTORY)

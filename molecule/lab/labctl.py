@@ -7,7 +7,7 @@ LAB TOOLING -- test equipment, never used by a role. Each node is a Debian root
 filesystem booted with `systemd-nspawn --boot` (systemd as PID 1) in its own network
 namespace, reached over SSH like a production node. Layers:
 
-  base      debootstrap bookworm (built once, cached in .build/lab/base)
+  base      debootstrap bookworm (built once per machine, in /var/cache/inferops-lab/images/base)
   incident  the state the incident began in (built once per recipe, cached):
             /usr/local/cuda-12.8 (NVIDIA's real 12.8 ptxas, headers and runtime from
             PyPI, and a SIMULATED nvcc front end that only reports `release 12.8`),
@@ -33,10 +33,10 @@ import os
 import sys
 import typing as t
 
-from labkit.common import NETWORK, ROOT, STACKS, lab_lock, require_root
+from labkit.common import IMAGES, NETWORK, ROOT, STACKS, lab_lock, require_root
 from labkit.images import build, build_lock, build_stacks
 from labkit.mirror import build_apt_repo, mirror_wheels, serve_store, stop_store
-from labkit.nodes import Node, disk_report, down, fleet_down, fleet_up, list_profiles, node_exec, status, up
+from labkit.nodes import NVCC_CACHE, Node, disk_report, down, fleet_down, fleet_up, list_profiles, node_exec, status, up
 
 
 def main(argv: t.List[str]) -> int:
@@ -65,7 +65,11 @@ def main(argv: t.List[str]) -> int:
     execute = sub.add_parser("exec", help="run a command inside a node (nsenter)")
     execute.add_argument("name")
     execute.add_argument("cmd", nargs=argparse.REMAINDER)
+    sub.add_parser("machine-state", help="say whether this machine's lab caches (images, compile cache) are empty or filled")
     args = parser.parse_args(argv)
+    if args.command == "machine-state":
+        print(machine_state())
+        return 0
     if args.command in ("status", "exec"):
         return run_command(args)
     if args.command == "up":
@@ -74,6 +78,19 @@ def main(argv: t.List[str]) -> int:
             build(args.stack)
     with lab_lock():
         return run_command(args)
+
+
+def machine_state() -> str:
+    """fresh: no lab image and an empty compile cache (what a new machine has); warm: both filled; else what is there."""
+    images = [name for name in ["base"] + sorted(STACKS) if os.path.isfile(os.path.join(IMAGES, name + ".recipe"))]
+    manifests = os.path.join(NVCC_CACHE, "manifests")
+    entries = len(os.listdir(manifests)) if os.path.isdir(manifests) else 0
+    what = "lab images: %s (%s); compile cache: %d entries (%s)" % (", ".join(images) or "none", IMAGES, entries, NVCC_CACHE)
+    if not images and not entries:
+        return "fresh machine (%s)" % what
+    if len(images) == 1 + len(STACKS) and entries:
+        return "warm machine (%s)" % what
+    return "partly warm machine (%s)" % what
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -23,6 +23,10 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
 STATE = os.environ.get("INFEROPS_LAB_STATE", os.path.join(ROOT, ".build", "lab"))
+# The lab's images (the debootstrap base, each stack's layer) and their wheelhouse are the machine's, not the clone's:
+# built once per machine, reused by every clone (each layer is rebuilt when its recipe changes). Two clones' labs cannot
+# run at once anyway (one bridge, one address plan).
+IMAGES = os.environ.get("INFEROPS_LAB_IMAGES", "/var/cache/inferops-lab/images")
 PROFILES = os.path.join(HERE, "gpu", "profiles")
 
 SUITE = "bookworm"

@@ -22,6 +22,7 @@ from labkit.common import (
     DEBIAN_MIRROR,
     HERE,
     IMAGE_STEPS_VERSION,
+    IMAGES,
     ROOT,
     SGLANG_VENV,
     STACKS,
@@ -49,8 +50,8 @@ import toolkit  # the collection's own wheel layout code (module_utils/toolkit.p
 
 
 def build_base() -> str:
-    base = os.path.join(STATE, "base")
-    stamp = os.path.join(STATE, "base.recipe")
+    base = os.path.join(IMAGES, "base")
+    stamp = os.path.join(IMAGES, "base.recipe")
     recipe = recipe_hash([], [SUITE, DEBIAN_MIRROR] + BASE_PACKAGES)
     if os.path.isdir(base) and stamp_matches(stamp, recipe):
         return base
@@ -79,8 +80,8 @@ def venv_requirements(stack: str = "incident") -> t.List[str]:
 
 def fetch_wheels() -> str:
     """One wheelhouse on the host, read by every image build (nothing is downloaded per node)."""
-    wheels = os.path.join(STATE, "wheels")
-    stamp = os.path.join(STATE, "wheels.recipe")
+    wheels = os.path.join(IMAGES, "wheels")
+    stamp = os.path.join(IMAGES, "wheels.recipe")
     recipe = recipe_hash([path for path, _what in STACKS.values()], CUDA_128_WHEELS)
     if os.path.isdir(wheels) and stamp_matches(stamp, recipe):
         return wheels
@@ -124,13 +125,13 @@ def chroot(merged: str, command: t.List[str]) -> None:
 
 
 def build_stack_image(base: str, wheels: str, stack: str = "incident") -> str:
-    layer = os.path.join(STATE, stack)
-    stamp = os.path.join(STATE, stack + ".recipe")
+    layer = os.path.join(IMAGES, stack)
+    stamp = os.path.join(IMAGES, stack + ".recipe")
     inputs = [os.path.join(HERE, part) for part in ("cuda128", "gpu", "torch_gpus", "gpu_only", "sglang_standin", "models",
                                                     "LAB-NODE.txt")]
     inputs.append(os.path.join(ROOT, "plugins", "module_utils", "toolkit.py"))
     recipe = recipe_hash(inputs + [STACKS[stack][0]],
-                         [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(STATE, "base.recipe"))])
+                         [IMAGE_STEPS_VERSION, SGLANG_VENV, stamp_value(os.path.join(IMAGES, "base.recipe"))])
     if os.path.isdir(layer) and stamp_matches(stamp, recipe):
         return layer
     started = time.monotonic()
@@ -192,6 +193,7 @@ def build_stack_image(base: str, wheels: str, stack: str = "incident") -> str:
 def build(stack: str = "incident") -> t.Tuple[str, str]:
     require_root()
     os.makedirs(STATE, exist_ok=True)
+    os.makedirs(IMAGES, exist_ok=True)
     base = build_base()
     image = build_stack_image(base, fetch_wheels(), stack)
     ssh_key()
@@ -203,6 +205,7 @@ def build_stacks(stacks: t.List[str]) -> None:
     core and the disk)."""
     require_root()
     os.makedirs(STATE, exist_ok=True)
+    os.makedirs(IMAGES, exist_ok=True)
     # debootstrap (the Debian archive, then the disk) beside the downloads from PyPI: the wheelhouse and the mirror's
     # CUDA 13.0 wheels (what `mirror` would fetch next)
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
@@ -219,8 +222,8 @@ def build_lock(stack: str) -> t.Iterator[None]:
     """One build of a stack's image at a time, apart from lab_lock: a scenario that boots a node of another stack builds
     its image without holding up the other scenarios' labctl calls (make test builds the base layer and the wheelhouse
     before any scenario starts)."""
-    os.makedirs(STATE, exist_ok=True)
-    with open(os.path.join(STATE, "build-%s.lock" % stack), "w") as handle:
+    os.makedirs(IMAGES, exist_ok=True)
+    with open(os.path.join(IMAGES, "build-%s.lock" % stack), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

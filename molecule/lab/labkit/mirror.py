@@ -14,7 +14,22 @@ import sys
 import time
 import typing as t
 
-from labkit.common import GATEWAY, HERE, ROOT, STATE, ensure_bridge, log, recipe_hash, record_measure, run, server_pid, stamp_matches, stop_server, write_stamp
+from labkit.common import (
+    GATEWAY,
+    HERE,
+    IMAGES,
+    ROOT,
+    STATE,
+    ensure_bridge,
+    log,
+    recipe_hash,
+    record_measure,
+    run,
+    server_pid,
+    stamp_matches,
+    stop_server,
+    write_stamp,
+)
 
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 import toolkit
@@ -43,17 +58,30 @@ MIRROR_EXTRA_WHEELS = ["flashinfer-python==0.6.18.post1"]
 
 
 def mirror_wheels() -> str:
-    """CUDA 13.0 wheels and an upgrade FlashInfer for the nodes' pip (a flat --find-links directory, as an air-gapped wheelhouse)."""
+    """CUDA 13.0 wheels and an upgrade FlashInfer for the nodes' pip (a flat --find-links directory, as an air-gapped
+    wheelhouse): downloaded once per machine (beside the images), linked into this clone's mirror."""
     directory = os.path.join(MIRROR, "wheels")
     pins = cuda_toolkit_pins() + MIRROR_EXTRA_WHEELS
-    stamp = os.path.join(directory, ".recipe")
     recipe = recipe_hash([], pins)
-    if not stamp_matches(stamp, recipe):
-        os.makedirs(directory, exist_ok=True)
-        log("downloading the CUDA 13.0 wheels into the lab mirror (once)")
+    if stamp_matches(os.path.join(directory, ".recipe"), recipe):
+        return directory
+    machine = os.path.join(IMAGES, "mirror-wheels")
+    if not stamp_matches(os.path.join(machine, ".recipe"), recipe):
+        shutil.rmtree(machine, ignore_errors=True)
+        os.makedirs(machine)
+        log("downloading the CUDA 13.0 wheels for the lab mirror (once per machine, into %s)" % machine)
         run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--only-binary=:all:", "--dest", directory] + pins)
-        write_stamp(stamp, recipe)
+             "--only-binary=:all:", "--dest", machine] + pins)
+        write_stamp(os.path.join(machine, ".recipe"), recipe)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    for name in os.listdir(machine):
+        if name.endswith(".whl"):
+            try:
+                os.link(os.path.join(machine, name), os.path.join(directory, name))
+            except OSError:  # another file system
+                shutil.copy(os.path.join(machine, name), os.path.join(directory, name))
+    write_stamp(os.path.join(directory, ".recipe"), recipe)
     return directory
 
 

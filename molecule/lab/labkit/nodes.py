@@ -20,6 +20,7 @@ from labkit.common import (
     BRIDGE,
     GATEWAY,
     HERE,
+    IMAGES,
     NETWORK,
     PREFIX,
     PROFILES,
@@ -348,7 +349,7 @@ def announce() -> None:
 def disk_report() -> None:
     sizes = {}
     for layer in ["base"] + sorted(STACKS) + ["wheels"]:
-        path = os.path.join(STATE, layer)
+        path = os.path.join(IMAGES, layer)
         if os.path.isdir(path):
             sizes[layer] = output(["du", "-sh", path]).split()[0]
     for name in known_nodes():
