@@ -23,6 +23,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
 # without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes; apt-ftparchive, gpg, cc for its apt repository.
 DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client apt-utils gnupg gcc
 LABCTL := $(BIN)/python molecule/lab/labctl.py
+LAB_STATE := $(or $(INFEROPS_LAB_STATE),$(BUILD)/lab)
 LAB_INVENTORY := inventories/lab
 
 .PHONY: test-suite test-role test-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
@@ -74,7 +75,7 @@ test: $(if $(ROLE),test-role,test-suite)
 # machine's CPU time, and whether the run began on a fresh machine (no lab images, an empty compile cache) or a warm one
 # (also in .build/test-times.txt).
 test-suite: debs venv link
-	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS); started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
+	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
 	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1 || rc=$$?; \
 	   echo "lint, sanity and unit tests: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
@@ -88,7 +89,9 @@ test-suite: debs venv link
 	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
 	    echo "   machine CPU: $$cpu core-seconds, $$(( cpu * 100 / (wall * $$(nproc)) )) % of $$(nproc) cores"; \
 	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
-	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; } | tee $(BUILD)/test-times.txt; \
+	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; \
+	    echo "   lab nodes' CPU (everything in the node, from its cgroup): $$(tools/node-cpu $(LAB_STATE)/node-cpu.jsonl)"; \
+	  } | tee $(BUILD)/test-times.txt; \
 	  exit $$rc
 
 # The per-role loop: ruff, ansible-lint on the role, every unit test (seconds), then molecule/role: one node through

@@ -138,7 +138,9 @@ def rollback_case(case: t.Mapping[str, t.Any], inventory: str, node: t.Mapping[s
 
 def run_site(inventory: str, args: t.List[str], log: str, report: t.Optional[str] = None) -> t.Tuple[int, str, float]:
     """ansible-playbook playbooks/site.yml with args; returns (rc, output, wall seconds). report: each host's first failure."""
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    # LAB: 49 inventory names of the same two nodes, on a machine that runs other scenarios' nodes too: an SSH
+    # handshake can take longer than Ansible's default 10 s there (a production node's sshd is not that loaded)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_TIMEOUT=os.environ.get("ANSIBLE_TIMEOUT", "60"))
     if report:
         env.update(BAD_INPUT_REPORT=report, ANSIBLE_CALLBACK_PLUGINS=os.path.join(HERE, "callback_plugins"),
                    ANSIBLE_CALLBACKS_ENABLED="bad_input_report")
@@ -197,6 +199,9 @@ def refusals(args: argparse.Namespace, cases: t.List[t.Dict[str, t.Any]], nodes:
     for row in rows:
         print("%-8s %-56s %s" % (row["case"], row["name"][:56],
                                  "; ".join(row["problems"]) or "refused by its input check, message names the variable and the fix"))
+        if row["problems"]:
+            # what the run said instead, so that a failure can be read from make test's output alone
+            print("%-8s %s: %s" % ("", row["task"], (row["message"] or "(no failure)")[:600]))
     print("%d case(s) in one ansible-playbook run of %.1f s: %d refused as expected, %d not; nodes %s: %s" % (
         len(cases), wall, len(cases) - bad, bad, ", ".join(targets), "CHANGED" if changed else "unchanged (files, toolkits, venv, caches, services)"))
     for name, diff in changed.items():

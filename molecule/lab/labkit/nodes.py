@@ -271,6 +271,7 @@ def down(name: str) -> None:
         run(["ip", "link", "del", veth_name(address)], check=False, capture_output=True)
     if node.netns in output(["ip", "netns", "list"]).split():
         run(["ip", "netns", "del", node.netns])
+    record_node_cpu(node)
     for cgroup in node.cgroups:
         remove_cgroup(cgroup)
     shutil.rmtree(node.dir, ignore_errors=True)
@@ -280,6 +281,19 @@ def down(name: str) -> None:
         stop_mirror()
         stop_store()
         remove_bridge()
+
+
+def record_node_cpu(node: Node) -> None:
+    """The CPU time of everything that ran in the node (its cgroup's usage) when it goes down, one line per node in
+    STATE/node-cpu.jsonl: make test prints them beside its lanes, so a run's CPU can be told apart by node."""
+    try:
+        with open(os.path.join(node.cgroup, "cpu.stat")) as handle:
+            usage = int(dict(line.split() for line in handle if line.strip())["usage_usec"])
+        started = os.path.getmtime(os.path.join(node.dir, "node.json"))
+    except (OSError, KeyError, ValueError):
+        return
+    with open(os.path.join(STATE, "node-cpu.jsonl"), "a") as handle:
+        handle.write(json.dumps({"node": node.name, "cpu_s": round(usage / 1e6, 1), "up_s": round(time.time() - started)}) + "\n")
 
 
 def remove_cgroup(path: str) -> None:
