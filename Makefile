@@ -139,10 +139,11 @@ lab-images: debs venv
 # that all start at once (tools/molecule-lanes): a lane runs its scenarios one after another, the first lane prints as
 # it runs, the others' logs (.build/molecule/<scenario>.log) are printed at the end. Nothing orders the lanes' compiles:
 # the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
-# two nodes need once (molecule/lab/nvcc_cache). Lanes, longest first: default (the incident stack on SM 12.0, the
-# current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo (six models on the current
-# stack on SM 12.0), then the scenarios that compile nothing; stack_matrix (the four other (stack, GPU family) pairs).
-MOLECULE_LANES := "default" "zoo incident toolkit_apt flashinfer_strategies" "stack_matrix"
+# two nodes need once (molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
+# incident stack on SM 12.0, the current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo
+# (six models on the current stack on SM 12.0); stack_matrix (the four other (stack, GPU family) pairs), then the
+# scenarios that compile nothing.
+MOLECULE_LANES := "default" "zoo" "stack_matrix incident toolkit_apt flashinfer_strategies"
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
 # and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; stack_matrix the four other pairs (both stacks on SM
