@@ -37,7 +37,7 @@ help:
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, B300 and RTX PRO 6000 nodes (also in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
-	@echo "make clean     make lab-down, then remove .venv and .build"
+	@echo "make clean     make lab-down, then remove .venv and .build (the machine's lab images and compile cache stay: /var/cache/inferops-lab)"
 
 venv: $(VENV)/.installed
 
@@ -68,10 +68,9 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 # `make test` runs the whole suite; `make test ROLE=<role>` the per-role loop (test-role, below).
 test: $(if $(ROLE),test-role,test-suite)
 
-# lint, sanity (pip installs and pylint, mostly one core) and the unit tests run beside the lab from the start: the lab's
-# image build (debootstrap, one pip install, downloads) keeps one core busy at most, and they are over before default's
-# compiles fill both cores; after its converge the other scenarios take the second core. default prints as it runs;
-# the other scenarios', lint's, sanity's and the unit tests' output follows. At the end: the wall time, each lane's, the
+# lint, sanity (pip installs and pylint, mostly one core) and the unit tests run in one lane beside the lab from the
+# start; the lab's images (built once per machine), then the molecule lanes (below). default prints as it runs; the other
+# scenarios', lint's, sanity's and the unit tests' output follows. At the end: the wall time, each lane's, the
 # machine's CPU time, and whether the run began on a fresh machine (no lab images, an empty compile cache) or a warm one
 # (also in .build/test-times.txt).
 test-suite: debs venv link
@@ -99,9 +98,9 @@ test-suite: debs venv link
 # compile tripwire set. Minutes on a machine whose lab compile cache holds the node's modules; make test before a merge.
 test-role: debs venv link
 	@test -n "$(ROLE)" && test -d roles/$(ROLE) || { echo "make test ROLE=<role>: '$(ROLE)' is not a role of this collection; one of: $(notdir $(wildcard roles/*))" >&2; exit 2; }
-	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; \
-	  $(BIN)/ruff check . && $(BIN)/ansible-lint roles/$(ROLE) && PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest -q tests/unit && \
-	  $(LABCTL) build --stack current && $(LABCTL) mirror --apt && $(BIN)/molecule test --scenario-name role; rc=$$?; \
+	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; rc=0; \
+	  { $(BIN)/ruff check . && $(BIN)/ansible-lint roles/$(ROLE) && PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest -q tests/unit && \
+	    $(LABCTL) build --stack current && $(LABCTL) mirror --apt && $(BIN)/molecule test --scenario-name role; } || rc=$$?; \
 	  echo "== make test ROLE=$(ROLE): rc $$rc in $$(( $$(date +%s) - started )) s"; exit $$rc
 
 # make test on this machine as a new one runs it: a clean clone of HEAD, a new HOME, empty lab caches (tools/test-fresh).
