@@ -98,8 +98,13 @@ def job_slot() -> t.Iterator[None]:
     os.makedirs(os.path.join(CACHE, "slots"), mode=0o777, exist_ok=True)
     slots = job_slots()
     while True:
+        usable = 0
         for number in range(slots):
-            handle = open(os.path.join(CACHE, "slots", str(number)), "a")
+            try:
+                handle = open(os.path.join(CACHE, "slots", str(number)), "a")
+            except OSError:  # a slot file this user cannot open: not one of its slots
+                continue
+            usable += 1
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -110,6 +115,9 @@ def job_slot() -> t.Iterator[None]:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
                 handle.close()
+            return
+        if not usable:  # no slot can be taken at all: compile unbounded rather than never
+            yield
             return
         time.sleep(0.25)
 
@@ -136,10 +144,10 @@ def main(argv: t.List[str]) -> int:
     out, dep, src = option(argv, "-o"), option(argv, "-MF"), option(argv, "-c")
     if not os.path.isdir(CACHE):
         return subprocess.call(argv)
-    if not nvcc.endswith("/nvcc") or not (out and dep and src):
-        return compile_now(argv)
     # entries, locks and slots are shared by nodes whose service users have different uids
     os.umask(0)
+    if not nvcc.endswith("/nvcc") or not (out and dep and src):
+        return compile_now(argv)
     if os.path.exists(OFF):
         started = time.monotonic()
         rc = compile_now(argv)
