@@ -20,9 +20,9 @@ namespace, reached over SSH like a production node. Layers:
             installed today), built when a node asks for it (`up --stack current`)
   node      one overlay per node over base and one of those; only what the node changes is written
 
-Usage: python3 molecule/lab/labctl.py {build,up,down,fleet-up,fleet-down,status,exec} ...
-Everything is root-only and stays under .build/lab, network namespaces named
-inferops-lab-*, the bridge iflab0 and cgroups named inferops-lab-*.
+Usage: python3 molecule/lab/labctl.py {build,up,down,fleet-up,fleet-down,status,exec,machine-state} ...
+Everything is root-only and stays under .build/lab (the images and compile cache: /var/cache/inferops-lab), network
+namespaces named inferops-lab-*, the bridge iflab0 and cgroups named inferops-lab-*.
 """
 
 from __future__ import annotations
