@@ -158,10 +158,9 @@ COMPILE_JOBS = int(os.environ.get("INFEROPS_LAB_COMPILE_JOBS") or os.cpu_count()
 def nvcc_cache_dir() -> str:
     """The lab's compile cache on the host, shared by every node (LAB TEST EQUIPMENT, see nvcc_cache/)."""
     path = NVCC_CACHE
-    if not os.path.isdir(path):
-        os.makedirs(path)
-        # written by each node's service user, whose uid differs from node to node
-        os.chmod(path, 0o1777)
+    os.makedirs(path, exist_ok=True)
+    # written by each node's service user, whose uid differs from node to node (also when someone else made the directory)
+    os.chmod(path, 0o1777)
     # the machine's compile job limit, shared by every node of every scenario (the cache's job slots): its cores
     if stamp_value(os.path.join(path, "jobs")) != str(COMPILE_JOBS):
         write_stamp(os.path.join(path, "jobs"), str(COMPILE_JOBS))
