@@ -18,6 +18,9 @@ ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
+# where molecule's runs record each task's CPU (controller and lab nodes; molecule/lab/callback_plugins/lab_task_costs.py)
+TASK_COSTS := $(BUILD)/task-costs
+export INFEROPS_LAB_TASK_COSTS := $(TASK_COSTS)
 
 # Debian packages make test and make lab need: shellcheck (ansible-test's shellcheck test skips silently
 # without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes; apt-ftparchive, gpg, cc for its apt repository.
@@ -74,7 +77,7 @@ test: $(if $(ROLE),test-role,test-suite)
 # machine's CPU time, and whether the run began on a fresh machine (no lab images, an empty compile cache) or a warm one
 # (also in .build/test-times.txt).
 test-suite: debs venv link
-	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
+	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
 	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1 || rc=$$?; \
 	   echo "lint, sanity and unit tests: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
@@ -90,6 +93,7 @@ test-suite: debs venv link
 	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
 	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; \
 	    echo "   lab nodes' CPU (everything in the node, from its cgroup): $$(tools/node-cpu $(LAB_STATE)/node-cpu.jsonl)"; \
+	    $(BIN)/python tools/task_costs.py $(TASK_COSTS) 30 | sed 's/^/   /'; \
 	  } | tee $(BUILD)/test-times.txt; \
 	  exit $$rc
 
@@ -98,10 +102,10 @@ test-suite: debs venv link
 # compile tripwire set. Minutes on a machine whose lab compile cache holds the node's modules; make test before a merge.
 test-role: debs venv link
 	@test -n "$(ROLE)" && test -d roles/$(ROLE) || { echo "make test ROLE=<role>: '$(ROLE)' is not a role of this collection; one of: $(notdir $(wildcard roles/*))" >&2; exit 2; }
-	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; rc=0; \
+	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; rc=0; rm -rf $(TASK_COSTS); mkdir -p $(TASK_COSTS); \
 	  { $(BIN)/ruff check . && $(BIN)/ansible-lint roles/$(ROLE) && PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest -q tests/unit && \
 	    $(LABCTL) build --stack current && $(LABCTL) mirror --apt && $(BIN)/molecule test --scenario-name role; } || rc=$$?; \
-	  echo "== make test ROLE=$(ROLE): rc $$rc in $$(( $$(date +%s) - started )) s"; exit $$rc
+	  $(BIN)/python tools/task_costs.py $(TASK_COSTS) 15; echo "== make test ROLE=$(ROLE): rc $$rc in $$(( $$(date +%s) - started )) s"; exit $$rc
 
 # make test on this machine as a new one runs it: a clean clone of HEAD, a new HOME, empty lab caches (tools/test-fresh).
 test-fresh:

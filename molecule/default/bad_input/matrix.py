@@ -90,7 +90,8 @@ def write_inventory(cases: t.List[t.Dict[str, t.Any]], nodes: t.Mapping[str, t.D
     for number, case in enumerate(cases, start=1):
         node = nodes[case.get("node", "site-pro6000")]
         connection = {key: value for key, value in node.items() if key.startswith("ansible_")}
-        hosts["case-%02d" % number] = dict(connection, **case_vars(case, lab))
+        # lab_node: which node's cgroup the lab's task-cost records (molecule/lab/callback_plugins) read for this case
+        hosts["case-%02d" % number] = dict(connection, lab_node=case.get("node", "site-pro6000"), **case_vars(case, lab))
     inventory_dir = os.path.join(out, "bad-input-inventory")
     os.makedirs(inventory_dir, exist_ok=True)
     link = os.path.join(inventory_dir, "group_vars")
@@ -142,8 +143,10 @@ def run_site(inventory: str, args: t.List[str], log: str, report: t.Optional[str
     # handshake can take longer than Ansible's default 10 s there (a production node's sshd is not that loaded)
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_TIMEOUT=os.environ.get("ANSIBLE_TIMEOUT", "60"))
     if report:
-        env.update(BAD_INPUT_REPORT=report, ANSIBLE_CALLBACK_PLUGINS=os.path.join(HERE, "callback_plugins"),
-                   ANSIBLE_CALLBACKS_ENABLED="bad_input_report")
+        # beside the callbacks molecule's configuration enables (the lab's task costs)
+        plugins = [os.path.join(HERE, "callback_plugins")] + [path for path in os.environ.get("ANSIBLE_CALLBACK_PLUGINS", "").split(":") if path]
+        enabled = ["bad_input_report"] + [name for name in os.environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if name]
+        env.update(BAD_INPUT_REPORT=report, ANSIBLE_CALLBACK_PLUGINS=":".join(plugins), ANSIBLE_CALLBACKS_ENABLED=",".join(enabled))
     started = time.monotonic()
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory,
                            os.path.join(ROOT, "playbooks", "site.yml")] + args, capture_output=True, text=True, env=env, check=False)

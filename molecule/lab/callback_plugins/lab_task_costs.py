@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Test tooling for `make test`: what each task of a lab run cost in CPU, on the controller and in the lab nodes.
+
+Enabled for molecule's runs by .config/molecule/config.yml and active only where INFEROPS_LAB_TASK_COSTS names a
+directory (the Makefile sets it). For every task it appends one JSON line to <dir>/<scenario>-<pid>.jsonl: its wall
+seconds (task start to the next task's start), the controller's CPU seconds in that time (ansible-playbook and the
+workers it reaped) and the CPU seconds of the lab nodes of the run's inventory (each node's cgroup, as labctl makes it).
+tools/task-costs adds them up per task and per scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import typing as t
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: lab_task_costs
+type: aggregate
+short_description: Each task's wall, controller CPU and lab nodes' CPU, for make test (test tooling)
+description:
+  - Appends one JSON line per task to a file under the directory that INFEROPS_LAB_TASK_COSTS names.
+requirements:
+  - enabled in configuration
+"""
+
+CGROUPS = "/sys/fs/cgroup/unified/inferops-lab-"
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def controller_seconds() -> float:
+    """This process's CPU, its reaped children's, and that of its live (or not yet reaped) descendants with theirs: a
+    worker that ran a task is reaped during a later task, so the reaped children's figure alone would lag a task."""
+    times = os.times()
+    total = times.user + times.system + times.children_user + times.children_system
+    parents: t.Dict[int, t.List[int]] = {}
+    ticks: t.Dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(entry)
+        parents.setdefault(int(fields[1]), []).append(pid)
+        ticks[pid] = sum(int(value) for value in fields[11:15])
+    pending = list(parents.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        total += ticks.get(pid, 0) / TICK
+        pending.extend(parents.get(pid, []))
+    return total
+
+
+def node_seconds(names: t.Iterable[str]) -> float:
+    total = 0
+    for name in names:
+        try:
+            with open(CGROUPS + name + "/cpu.stat", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("usage_usec "):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total / 1e6
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "lab_task_costs"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        directory = os.environ.get("INFEROPS_LAB_TASK_COSTS", "")
+        self.path = ""
+        if directory and os.path.isdir(directory):
+            scenario = os.environ.get("MOLECULE_SCENARIO_NAME", "run")
+            self.path = os.path.join(directory, "%s-%d.jsonl" % (scenario, os.getpid()))
+        self.playbook = "?"
+        self.nodes: t.List[str] = []
+        self.current: t.Optional[t.Dict[str, t.Any]] = None
+
+    def _sample(self) -> t.Tuple[float, float, float]:
+        return time.monotonic(), controller_seconds(), node_seconds(self.nodes)
+
+    def _close(self) -> None:
+        if self.current is None or not self.path:
+            self.current = None
+            return
+        wall, controller, nodes = self._sample()
+        record = dict(self.current)
+        record.update(wall=round(wall - record.pop("_wall"), 3), controller=round(controller - record.pop("_controller"), 3),
+                      nodes=round(nodes - record.pop("_nodes"), 3))
+        self.current = None
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _open(self, task: t.Any) -> None:
+        self._close()
+        if not self.path:
+            return
+        wall, controller, nodes = self._sample()
+        where = "/".join((task.get_path() or "?").split("/")[-3:])
+        self.current = {"playbook": self.playbook, "task": task.get_name(), "where": where, "_wall": wall,
+                        "_controller": controller, "_nodes": nodes}
+
+    def v2_playbook_on_start(self, playbook: t.Any) -> None:
+        self.playbook = os.path.basename(getattr(playbook, "_file_name", "?") or "?")
+
+    def v2_playbook_on_play_start(self, play: t.Any) -> None:
+        self._close()
+        # a host of the inventory is a lab node of that name, or names its node (the bad-input matrix's cases: lab_node)
+        try:
+            hosts = play.get_variable_manager()._inventory.hosts  # pylint: disable=protected-access
+        except AttributeError:
+            hosts = {}
+        self.nodes = sorted({str(host.vars.get("lab_node", name)) for name, host in hosts.items()})
+
+    def v2_playbook_on_task_start(self, task: t.Any, is_conditional: bool) -> None:
+        self._open(task)
+
+    def v2_playbook_on_handler_task_start(self, task: t.Any) -> None:
+        self._open(task)
+
+    def v2_playbook_on_stats(self, stats: t.Any) -> None:
+        self._close()

@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lab's task-cost records (molecule/lab/callback_plugins/lab_task_costs.py): a real ansible-playbook run on the
+controller, one task that burns CPU in its module and one that sleeps; the burn is charged to its own task."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Burn
+      ansible.builtin.command: "{python} -c 'sum(range(40000000))'"
+      changed_when: false
+    - name: Sleep
+      ansible.builtin.command: sleep 1
+      changed_when: false
+"""
+
+
+def test_each_task_is_charged_its_own_cpu(tmp_path: pathlib.Path) -> None:
+    playbook = os.path.join(str(tmp_path), "play.yml")
+    with open(playbook, "w") as handle:
+        handle.write(PLAYBOOK.format(python=sys.executable))
+    env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                    "-e", "ansible_python_interpreter=" + sys.executable, playbook], check=True, env=env,
+                   capture_output=True)
+    records = [json.loads(line) for name in os.listdir(str(tmp_path)) if name.startswith("unit-")
+               for line in open(os.path.join(str(tmp_path), name))]
+    tasks = {record["task"]: record for record in records}
+    assert set(tasks) == {"Burn", "Sleep"}
+    assert tasks["Burn"]["controller"] > 0.5, records
+    assert tasks["Sleep"]["controller"] < tasks["Burn"]["controller"] / 2, records
+    assert tasks["Sleep"]["wall"] >= 1.0, records
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "task_costs.py"), str(tmp_path)], check=True,
+                         capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    first = next(number for number, line in enumerate(lines) if "costliest" in line) + 1
+    assert "unit " in out and "Burn" in lines[first], out
