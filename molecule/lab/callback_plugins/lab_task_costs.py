@@ -61,18 +61,19 @@ def controller_seconds() -> float:
     return total
 
 
-def node_seconds(names: t.Iterable[str]) -> float:
-    total = 0
+def node_seconds(names: t.Iterable[str]) -> t.Dict[str, float]:
+    """Each named lab node's CPU seconds so far (its cgroup's usage); a node that is not up is left out."""
+    seconds = {}
     for name in names:
         try:
             with open(CGROUPS + name + "/cpu.stat", encoding="ascii") as handle:
                 for line in handle:
                     if line.startswith("usage_usec "):
-                        total += int(line.split()[1])
+                        seconds[name] = int(line.split()[1]) / 1e6
                         break
         except OSError:
             continue
-    return total / 1e6
+    return seconds
 
 
 class CallbackModule(CallbackBase):
@@ -92,7 +93,7 @@ class CallbackModule(CallbackBase):
         self.nodes: t.List[str] = []
         self.current: t.Optional[t.Dict[str, t.Any]] = None
 
-    def _sample(self) -> t.Tuple[float, float, float]:
+    def _sample(self) -> t.Tuple[float, float, t.Dict[str, float]]:
         return time.monotonic(), controller_seconds(), node_seconds(self.nodes)
 
     def _close(self) -> None:
@@ -101,8 +102,11 @@ class CallbackModule(CallbackBase):
             return
         wall, controller, nodes = self._sample()
         record = dict(self.current)
+        before = record.pop("_nodes")
+        # a node made or removed during the task (create, destroy) counts only for the time it was up at both ends
+        used = sum(nodes[name] - before[name] for name in nodes if name in before)
         record.update(wall=round(wall - record.pop("_wall"), 3), controller=round(controller - record.pop("_controller"), 3),
-                      nodes=round(nodes - record.pop("_nodes"), 3))
+                      nodes=round(used, 3))
         self.current = None
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
