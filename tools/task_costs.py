@@ -16,16 +16,18 @@ def main() -> int:
     directory = sys.argv[1] if len(sys.argv) > 1 else ".build/task-costs"
     shown = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     scenarios: t.DefaultDict[str, t.List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
-    tasks: t.DefaultDict[t.Tuple[str, str], t.List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    tasks: t.DefaultDict[t.Tuple[str, str, bool], t.List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
         scenario = os.path.basename(path).rsplit("-", 1)[0]
         scenarios[scenario][2] += 1
         with open(path, encoding="utf-8") as handle:
             for line in handle:
                 row = json.loads(line)
-                scenarios[scenario][0] += row["controller"]
-                scenarios[scenario][1] += row["nodes"]
-                entry = tasks[(row["task"], row["where"])]
+                if not row.get("nested"):
+                    # a nested run's CPU is already in the task of the run that started it
+                    scenarios[scenario][0] += row["controller"]
+                    scenarios[scenario][1] += row["nodes"]
+                entry = tasks[(row["task"], row["where"], bool(row.get("nested")))]
                 entry[0] += row["controller"]
                 entry[1] += row["nodes"]
                 entry[2] += row["wall"]
@@ -37,9 +39,11 @@ def main() -> int:
     print("task costs (%s): %.0f core-seconds in ansible runs (controller + lab nodes)" % (directory, total))
     for name, (controller, nodes, runs) in sorted(scenarios.items(), key=lambda item: -(item[1][0] + item[1][1])):
         print("  %-22s controller %6.0f  nodes %6.0f  (%d ansible runs)" % (name, controller, nodes, int(runs)))
-    print("  the costliest tasks (core-s = controller + nodes; wall s; runs):")
-    for (task, where), (controller, nodes, wall, runs) in sorted(tasks.items(), key=lambda item: -(item[1][0] + item[1][1]))[:shown]:
-        print("  %7.1f = %6.1f + %6.1f  %7.1f s %4d  %s (%s)" % (controller + nodes, controller, nodes, wall, int(runs), task[:70], where))
+    print("  the costliest tasks (core-s = controller + nodes; wall s; runs; * = in a run another run's task started, and"
+          " counted in that task too):")
+    for (task, where, nested), (controller, nodes, wall, runs) in sorted(tasks.items(), key=lambda item: -(item[1][0] + item[1][1]))[:shown]:
+        print("  %7.1f = %6.1f + %6.1f  %7.1f s %4d %s%s (%s)" % (controller + nodes, controller, nodes, wall, int(runs),
+                                                               "*" if nested else " ", task[:70], where))
     return 0
 
 

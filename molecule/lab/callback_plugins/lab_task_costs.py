@@ -33,6 +33,7 @@ CGROUPS = "/sys/fs/cgroup/unified/inferops-lab-"
 
 
 TICK = os.sysconf("SC_CLK_TCK")
+PARENT = "INFEROPS_LAB_TASK_COSTS_RUN"
 
 
 def controller_seconds() -> float:
@@ -89,6 +90,9 @@ class CallbackModule(CallbackBase):
         if directory and os.path.isdir(directory):
             scenario = os.environ.get("MOLECULE_SCENARIO_NAME", "run")
             self.path = os.path.join(directory, "%s-%d.jsonl" % (scenario, os.getpid()))
+        # a run started by a task of another recorded run (the bad-input matrix's) is counted in that task as well
+        self.nested = os.environ.get(PARENT, str(os.getpid())) != str(os.getpid())
+        os.environ.setdefault(PARENT, str(os.getpid()))
         self.playbook = "?"
         self.nodes: t.List[str] = []
         self.current: t.Optional[t.Dict[str, t.Any]] = None
@@ -117,7 +121,7 @@ class CallbackModule(CallbackBase):
             return
         wall, controller, nodes = self._sample()
         where = "/".join((task.get_path() or "?").split("/")[-3:])
-        self.current = {"playbook": self.playbook, "task": task.get_name(), "where": where, "_wall": wall,
+        self.current = {"playbook": self.playbook, "task": task.get_name(), "where": where, "nested": self.nested, "_wall": wall,
                         "_controller": controller, "_nodes": nodes}
 
     def v2_playbook_on_start(self, playbook: t.Any) -> None:

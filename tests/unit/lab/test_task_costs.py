@@ -48,3 +48,39 @@ def test_each_task_is_charged_its_own_cpu(tmp_path: pathlib.Path) -> None:
     lines = out.splitlines()
     first = next(number for number, line in enumerate(lines) if "costliest" in line) + 1
     assert "unit " in out and "Burn" in lines[first], out
+
+
+def test_a_run_started_by_a_task_is_counted_once(tmp_path: pathlib.Path) -> None:
+    """The bad-input matrix's way: a task runs ansible-playbook; its tasks are recorded as nested and left out of the
+    scenario's total, which the outer task already holds."""
+    inner = os.path.join(str(tmp_path), "inner.yml")
+    with open(inner, "w") as handle:
+        handle.write(PLAYBOOK.format(python=sys.executable))
+    outer = os.path.join(str(tmp_path), "outer.yml")
+    playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    with open(outer, "w") as handle:
+        handle.write(f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run another playbook
+      ansible.builtin.command: "{playbook} -i localhost, -c local -e ansible_python_interpreter={sys.executable} {inner}"
+      changed_when: false
+""")
+    env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
+    env.pop("INFEROPS_LAB_TASK_COSTS_RUN", None)
+    subprocess.run([playbook, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, outer],
+                   check=True, env=env, capture_output=True)
+    records = [json.loads(line) for name in os.listdir(str(tmp_path)) if name.startswith("unit-")
+               for line in open(os.path.join(str(tmp_path), name))]
+    nested = {record["task"]: record["nested"] for record in records}
+    assert nested == {"Run another playbook": False, "Burn": True, "Sleep": True}, records
+    outer_cpu = next(record["controller"] for record in records if record["task"] == "Run another playbook")
+    burn_cpu = next(record["controller"] for record in records if record["task"] == "Burn")
+    assert outer_cpu > burn_cpu, records
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "task_costs.py"), str(tmp_path)], check=True,
+                         capture_output=True, text=True).stdout
+    total = float(out.splitlines()[0].split(": ")[1].split()[0])
+    assert abs(total - outer_cpu) < 1.0, out
