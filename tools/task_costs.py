@@ -35,7 +35,7 @@ def main() -> int:
     if not tasks:
         print("task costs: none recorded in %s" % directory)
         return 0
-    total = sum(c + n for c, n, _ in scenarios.values())
+    total = sum(controller + nodes for controller, nodes, _runs in scenarios.values())
     print("task costs (%s): %.0f core-seconds in ansible runs (controller + lab nodes)" % (directory, total))
     for name, (controller, nodes, runs) in sorted(scenarios.items(), key=lambda item: -(item[1][0] + item[1][1])):
         print("  %-22s controller %6.0f  nodes %6.0f  (%d ansible runs)" % (name, controller, nodes, int(runs)))
