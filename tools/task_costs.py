@@ -35,15 +35,16 @@ def main() -> int:
     if not tasks:
         print("task costs: none recorded in %s" % directory)
         return 0
-    total = sum(controller + nodes for controller, nodes, _runs in scenarios.values())
-    print("task costs (%s): %.0f core-seconds in ansible runs (controller + lab nodes)" % (directory, total))
+    total = sum(controller for controller, _nodes, _runs in scenarios.values())
+    print("task costs (%s): the controller's CPU in ansible runs, %.0f core-seconds; by scenario, with the lab nodes' CPU"
+          " in its tasks' time (runs side by side on the same nodes count it in each):" % (directory, total))
     for name, (controller, nodes, runs) in sorted(scenarios.items(), key=lambda item: -(item[1][0] + item[1][1])):
         print("  %-22s controller %6.0f  nodes %6.0f  (%d ansible runs)" % (name, controller, nodes, int(runs)))
-    print("  the costliest tasks (core-s = controller + nodes; wall s; runs; * = in a run another run's task started, and"
+    print("  the costliest tasks (core-s = controller + nodes; wall s; runs; * = in a run that another run's task waited for, and"
           " counted in that task too):")
     for (task, where, nested), (controller, nodes, wall, runs) in sorted(tasks.items(), key=lambda item: -(item[1][0] + item[1][1]))[:shown]:
-        print("  %7.1f = %6.1f + %6.1f  %7.1f s %4d %s%s (%s)" % (controller + nodes, controller, nodes, wall, int(runs),
-                                                               "*" if nested else " ", task[:70], where))
+        values = (controller + nodes, controller, nodes, wall, int(runs), "*" if nested else " ", task[:70], where)
+        print("  %7.1f = %6.1f + %6.1f  %7.1f s %4d %s%s (%s)" % values)
     return 0
 
 

@@ -62,6 +62,20 @@ def controller_seconds() -> float:
     return total
 
 
+def ancestors() -> t.List[str]:
+    """The process ids above this one, up to init."""
+    found = []
+    pid = os.getppid()
+    while pid > 1:
+        found.append(str(pid))
+        try:
+            with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return found
+
+
 def node_seconds(names: t.Iterable[str]) -> t.Dict[str, float]:
     """Each named lab node's CPU seconds so far (its cgroup's usage); a node that is not up is left out."""
     seconds = {}
@@ -90,9 +104,10 @@ class CallbackModule(CallbackBase):
         if directory and os.path.isdir(directory):
             scenario = os.environ.get("MOLECULE_SCENARIO_NAME", "run")
             self.path = os.path.join(directory, "%s-%d.jsonl" % (scenario, os.getpid()))
-        # a run started by a task of another recorded run (the bad-input matrix's) is counted in that task as well
-        self.nested = os.environ.get(PARENT, str(os.getpid())) != str(os.getpid())
-        os.environ.setdefault(PARENT, str(os.getpid()))
+        # a run that a task of another recorded run waits for (the bad-input matrix's: a descendant of that run) is
+        # counted in that task's controller CPU as well; one started in the background (setsid) is not
+        self.nested = os.environ.get(PARENT, "") in ancestors()
+        os.environ[PARENT] = str(os.getpid())
         self.playbook = "?"
         self.nodes: t.List[str] = []
         self.current: t.Optional[t.Dict[str, t.Any]] = None
