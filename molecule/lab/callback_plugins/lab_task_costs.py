@@ -38,28 +38,36 @@ PARENT = "INFEROPS_LAB_TASK_COSTS_RUN"
 
 def controller_seconds() -> float:
     """This process's CPU, its reaped children's, and that of its live (or not yet reaped) descendants with theirs: a
-    worker that ran a task is reaped during a later task, so the reaped children's figure alone would lag a task."""
+    worker that ran a task is reaped during a later task, so the reaped children's figure alone would lag a task. The
+    descendants are found through /proc/<pid>/task/<tid>/children (a few files, not all of /proc)."""
     times = os.times()
     total = times.user + times.system + times.children_user + times.children_system
-    parents: t.Dict[int, t.List[int]] = {}
-    ticks: t.Dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    pending = children(os.getpid())
+    while pending:
+        pid = pending.pop()
         try:
-            with open("/proc/%s/stat" % entry, encoding="ascii", errors="replace") as handle:
+            with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        pid = int(entry)
-        parents.setdefault(int(fields[1]), []).append(pid)
-        ticks[pid] = sum(int(value) for value in fields[11:15])
-    pending = list(parents.get(os.getpid(), []))
-    while pending:
-        pid = pending.pop()
-        total += ticks.get(pid, 0) / TICK
-        pending.extend(parents.get(pid, []))
+        total += sum(int(value) for value in fields[11:15]) / TICK
+        pending.extend(children(pid))
     return total
+
+
+def children(pid: int) -> t.List[int]:
+    found: t.List[int] = []
+    try:
+        threads = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, thread), encoding="ascii") as handle:
+                found.extend(int(value) for value in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def ancestors() -> t.List[str]:
@@ -115,11 +123,11 @@ class CallbackModule(CallbackBase):
     def _sample(self) -> t.Tuple[float, float, t.Dict[str, float]]:
         return time.monotonic(), controller_seconds(), node_seconds(self.nodes)
 
-    def _close(self) -> None:
+    def _close(self, sample: t.Optional[t.Tuple[float, float, t.Dict[str, float]]] = None) -> None:
         if self.current is None or not self.path:
             self.current = None
             return
-        wall, controller, nodes = self._sample()
+        wall, controller, nodes = sample or self._sample()
         record = dict(self.current)
         before = record.pop("_nodes")
         # a node made or removed during the task (create, destroy) counts only for the time it was up at both ends
@@ -131,10 +139,12 @@ class CallbackModule(CallbackBase):
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _open(self, task: t.Any) -> None:
-        self._close()
         if not self.path:
             return
-        wall, controller, nodes = self._sample()
+        # one sample ends the last task and starts this one
+        sample = self._sample()
+        self._close(sample)
+        wall, controller, nodes = sample
         where = "/".join((task.get_path() or "?").split("/")[-3:])
         self.current = {"playbook": self.playbook, "task": task.get_name(), "where": where, "nested": self.nested, "_wall": wall,
                         "_controller": controller, "_nodes": nodes}
