@@ -5,9 +5,9 @@
 
 Enabled for molecule's runs by .config/molecule/config.yml and active only where INFEROPS_LAB_TASK_COSTS names a
 directory (the Makefile sets it). For every task it appends one JSON line to <dir>/<scenario>-<pid>.jsonl: its wall
-seconds (task start to the next task's start), the controller's CPU seconds in that time (ansible-playbook and the
-workers it reaped) and the CPU seconds of the lab nodes of the run's inventory (each node's cgroup, as labctl makes it).
-tools/task-costs adds them up per task and per scenario.
+seconds (task start to the next task's start), the controller's CPU seconds in that time (ansible-playbook and its
+descendants, reaped or not) and the CPU seconds of the lab nodes of the run's inventory (each node's cgroup, as labctl
+makes it). tools/task_costs.py adds them up per task and per scenario.
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ TICK = os.sysconf("SC_CLK_TCK")
 PARENT = "INFEROPS_LAB_TASK_COSTS_RUN"
 
 
+def stat_fields(pid: int) -> t.List[str]:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); empty when the process is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def controller_seconds() -> float:
     """This process's CPU, its reaped children's, and that of its live (or not yet reaped) descendants with theirs: a
     worker that ran a task is reaped during a later task, so the reaped children's figure alone would lag a task. The
@@ -45,10 +54,8 @@ def controller_seconds() -> float:
     pending = children(os.getpid())
     while pending:
         pid = pending.pop()
-        try:
-            with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        fields = stat_fields(pid)
+        if not fields:
             continue
         total += sum(int(value) for value in fields[11:15]) / TICK
         pending.extend(children(pid))
@@ -76,11 +83,10 @@ def ancestors() -> t.List[str]:
     pid = os.getppid()
     while pid > 1:
         found.append(str(pid))
-        try:
-            with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
-                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+        fields = stat_fields(pid)
+        if not fields:
             break
+        pid = int(fields[1])
     return found
 
 

@@ -11,6 +11,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import typing as t
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 PLAYBOOK = """
@@ -26,25 +27,38 @@ PLAYBOOK = """
 """
 
 
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+def run_recorded(tmp_path: pathlib.Path, playbook: str) -> t.List[t.Dict[str, t.Any]]:
+    """ansible-playbook on localhost with the recorder on (records under tmp_path), as no recorded run's child; its
+    records and those of any run it started."""
+    env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
+    env.pop("INFEROPS_LAB_TASK_COSTS_RUN", None)
+    subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                    playbook], check=True, env=env, capture_output=True)
+    return [json.loads(line) for name in os.listdir(str(tmp_path)) if name.startswith("unit-")
+            for line in open(os.path.join(str(tmp_path), name))]
+
+
+def summary(tmp_path: pathlib.Path) -> str:
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "task_costs.py"), str(tmp_path)], check=True,
+                          capture_output=True, text=True).stdout
+
+
 def test_each_task_is_charged_its_own_cpu(tmp_path: pathlib.Path) -> None:
     playbook = os.path.join(str(tmp_path), "play.yml")
     with open(playbook, "w") as handle:
         handle.write(PLAYBOOK.format(python=sys.executable))
-    env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
-               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
-               ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
-    subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                    "-e", "ansible_python_interpreter=" + sys.executable, playbook], check=True, env=env,
-                   capture_output=True)
-    records = [json.loads(line) for name in os.listdir(str(tmp_path)) if name.startswith("unit-")
-               for line in open(os.path.join(str(tmp_path), name))]
+    records = run_recorded(tmp_path, playbook)
     tasks = {record["task"]: record for record in records}
     assert set(tasks) == {"Burn", "Sleep"}
     assert tasks["Burn"]["controller"] > 0.5, records
     assert tasks["Sleep"]["controller"] < tasks["Burn"]["controller"] / 2, records
     assert tasks["Sleep"]["wall"] >= 1.0, records
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "task_costs.py"), str(tmp_path)], check=True,
-                         capture_output=True, text=True).stdout
+    out = summary(tmp_path)
     lines = out.splitlines()
     first = next(number for number, line in enumerate(lines) if "costliest" in line) + 1
     assert "unit " in out and "Burn" in lines[first], out
@@ -57,30 +71,21 @@ def test_a_run_started_by_a_task_is_counted_once(tmp_path: pathlib.Path) -> None
     with open(inner, "w") as handle:
         handle.write(PLAYBOOK.format(python=sys.executable))
     outer = os.path.join(str(tmp_path), "outer.yml")
-    playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     with open(outer, "w") as handle:
         handle.write(f"""
 - hosts: localhost
   gather_facts: false
   tasks:
     - name: Run another playbook
-      ansible.builtin.command: "{playbook} -i localhost, -c local -e ansible_python_interpreter={sys.executable} {inner}"
+      ansible.builtin.command: "{ANSIBLE_PLAYBOOK} -i localhost, -c local -e ansible_python_interpreter={sys.executable} {inner}"
       changed_when: false
 """)
-    env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
-               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
-               ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
-    env.pop("INFEROPS_LAB_TASK_COSTS_RUN", None)
-    subprocess.run([playbook, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, outer],
-                   check=True, env=env, capture_output=True)
-    records = [json.loads(line) for name in os.listdir(str(tmp_path)) if name.startswith("unit-")
-               for line in open(os.path.join(str(tmp_path), name))]
+    records = run_recorded(tmp_path, outer)
     nested = {record["task"]: record["nested"] for record in records}
     assert nested == {"Run another playbook": False, "Burn": True, "Sleep": True}, records
     outer_cpu = next(record["controller"] for record in records if record["task"] == "Run another playbook")
     burn_cpu = next(record["controller"] for record in records if record["task"] == "Burn")
     assert outer_cpu > burn_cpu, records
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "task_costs.py"), str(tmp_path)], check=True,
-                         capture_output=True, text=True).stdout
+    out = summary(tmp_path)
     total = float(out.splitlines()[0].split("ansible runs, ")[1].split()[0])
     assert abs(total - outer_cpu) < 1.0, out
