@@ -272,12 +272,11 @@ def test_the_verdict_comes_from_this_program_run_again(node: t.Dict[str, t.Any],
     assert verdict["view"]["error"].startswith("the venv's Python exited 0")
 
 
-def test_the_readmes_alert_rules_and_scrape_name_only_metrics_the_tool_writes() -> None:
-    """README, "Readiness a dashboard can see": the example rules are valid YAML whose expressions use the tool's metric
+def test_the_documented_alert_rules_and_scrape_name_only_metrics_the_tool_writes() -> None:
+    """docs/readiness.md: the example rules are valid YAML whose expressions use the tool's metric
     names, and the sample scrape has exactly the tool's samples (names and labels), in its order."""
-    with open(os.path.join(ROOT, "README.md")) as handle:
-        readme = handle.read()
-    section = readme.split("## Readiness a dashboard can see", 1)[1].split("\n## ", 1)[0]
+    with open(os.path.join(ROOT, "docs", "readiness.md")) as handle:
+        section = handle.read()
     scrape, rules = re.findall(r"```(?:yaml)?\n(.*?)```", section, re.S)
     written = tool.render_metrics(GOOD, [], 0.0, 0.0)
     names = {line.split("{")[0].split(" ")[0] for line in written.splitlines() if not line.startswith("#")}
