@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import sys
 import typing as t
 
 import pytest
+import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -114,3 +116,20 @@ def test_role_docs_refuse_broken_markup() -> None:
     """Markup the parser cannot read fails `make docs` instead of reaching the README as text."""
     with pytest.raises(ValueError, match="closing"):
         role_docs.plain("Writes C(unclosed")
+
+
+def test_flashinfer_known_hashes_are_the_releases_the_docs_name() -> None:
+    """The FlashInfer wheels whose sha256 the flashinfer role knows are the releases its argument spec and defaults name,
+    each with one sha256 (64 lower-case hex digits)."""
+    with open(os.path.join(ROOT, "roles", "flashinfer", "vars", "main.yml")) as handle:
+        known = yaml.safe_load(handle)["_flashinfer_pip_known_hashes"]
+    releases = [pin.split("==", 1)[1] for pin in known]
+    assert all(pin.startswith("flashinfer-python==") for pin in known)
+    assert all(len(digests) == 1 and re.fullmatch("[0-9a-f]{64}", digests[0]) for digests in known.values())
+    spec = role_docs.load("flashinfer", "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    described = " ".join(spec["flashinfer_pip_hashes"]["description"])
+    named = re.search(r"knows, of flashinfer-python ([0-9a-z., ]+?) \(", described)
+    assert named, described
+    assert re.split(r", and |, | and ", named.group(1)) == releases
+    with open(os.path.join(ROOT, "roles", "flashinfer", "defaults", "main.yml")) as handle:
+        assert "flashinfer-python %s)" % ", ".join(releases) in handle.read()
