@@ -133,3 +133,30 @@ def test_flashinfer_known_hashes_are_the_releases_the_docs_name() -> None:
     assert re.split(r", and |, | and ", named.group(1)) == releases
     with open(os.path.join(ROOT, "roles", "flashinfer", "defaults", "main.yml")) as handle:
         assert "flashinfer-python %s)" % ", ".join(releases) in handle.read()
+
+
+def tags_in(node: t.Any) -> t.Iterator[str]:
+    """Every tag set anywhere in a parsed task file (tasks, blocks, an include's apply)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "tags":
+                yield from ([value] if isinstance(value, str) else value)
+            else:
+                yield from tags_in(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from tags_in(item)
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(os.path.join(ROOT, "roles"))))
+def test_task_tags_carry_the_role_name(role: str) -> None:
+    """Every tag a role's tasks set is `always`, the role's name or `<role>_<step>`, so `--tags <role>_preflight` and the
+    like select that role's step (a tag once took a variable's name in a rename, and `--tags sglang_service_preflight`
+    selected nothing)."""
+    tasks = os.path.join(ROOT, "roles", role, "tasks")
+    tags = set()
+    for name in os.listdir(tasks):
+        with open(os.path.join(tasks, name)) as handle:
+            tags.update(tags_in(yaml.safe_load(handle)))
+    assert tags, role
+    assert sorted(tag for tag in tags if tag not in ("always", role) and not tag.startswith(role + "_")) == []
