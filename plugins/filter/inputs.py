@@ -15,7 +15,6 @@ import re
 import typing as t
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RELEASE = re.compile(r"[0-9]+\.[0-9]+")
@@ -212,42 +211,6 @@ def env_extra_problems(extra: t.Any, managed: t.Sequence[str], var: str = "cuda_
     return problems
 
 
-def plain(value: t.Any) -> t.Any:
-    """A copy of value made of Python's own dict, list, str, int, float, bool and None.
-
-    The validator below deep-copies what it checks; Ansible's templated containers and tagged strings make that copy
-    cost ~1 CPU second per host and role (measured with py-spy: three quarters of a 60-host run of the input checks).
-    """
-    if isinstance(value, t.Mapping):
-        return {plain(key): plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain(item) for item in value]
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return value
-
-
-def argspec_problems(values: t.Any, options: t.Any, role: str = "") -> t.List[str]:
-    """A role's argument spec applied the way Ansible applies it when the role starts, each error in one line.
-
-    values: the role's variables (name: value); options: the entry point's options from meta/argument_specs.yml.
-    Ansible's own check fails with its whole argument spec in the result (kilobytes per host); this says only
-    what is wrong, naming the variable, and where the spec is.
-    """
-    if not isinstance(values, dict) or not isinstance(options, dict):
-        raise AnsibleFilterError("argspec_problems expects the variables and the argument spec's options, both mappings")
-    given = {str(name): plain(value) for name, value in values.items() if name in options}
-    result = ArgumentSpecValidator(plain(options)).validate(given, validate_role_argument_spec=True)
-    where = " (types: roles/%s/meta/argument_specs.yml)" % role if role else ""
-    return [" ".join(str(message).split()) + where for message in result.error_messages]
-
-
 def pip_hash_requirements(pins: t.Sequence[str], hashes: t.Mapping[str, t.Sequence[str]]) -> str:
     """pip's requirements in hash-checking mode: one line per exact pin with each of its sha256 digests (a pin without any
     is written bare, and pip then refuses the whole set: the roles' input checks name such pins first)."""
@@ -258,5 +221,5 @@ class FilterModule:
     """inferops.blackwell input checks, and the pip requirements they vouch for."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems, "argspec_problems": argspec_problems,
+        return {"input_problems": input_problems, "env_extra_problems": env_extra_problems,
                 "pip_hash_requirements": pip_hash_requirements}

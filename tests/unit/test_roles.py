@@ -58,7 +58,7 @@ def test_the_speculative_service_shares_the_autoregressive_settings() -> None:
 @pytest.mark.parametrize("role", ROLES)
 def test_public_variables_carry_the_role_prefix_and_internals_an_underscore(role: str) -> None:
     assert [name for name in role_docs.load(role, "defaults/main.yml") if not name.startswith(role + "_")] == []
-    internals = role_docs.load(role, "vars/main.yml") or {}
+    internals = (role_docs.load(role, "vars/main.yml") or {}) if os.path.exists(os.path.join(ROOT, "roles", role, "vars", "main.yml")) else {}
     assert [name for name in internals if not name.startswith("_" + role + "_")] == []
 
 
@@ -160,3 +160,53 @@ def test_task_tags_carry_the_role_name(role: str) -> None:
             tags.update(tags_in(yaml.safe_load(handle)))
     assert tags, role
     assert sorted(tag for tag in tags if tag not in ("always", role) and not tag.startswith(role + "_")) == []
+
+
+def role_entries(node: t.Any, loop: t.Optional[t.List[str]] = None) -> t.Iterator[t.Tuple[str, str]]:
+    """(role, entry point) of every include_role / import_role under node; a role named by its loop variable (site.yml's
+    `inferops.blackwell.{{ _site_role }}`) stands for each item of the task's loop."""
+    if isinstance(node, list):
+        for item in node:
+            yield from role_entries(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+        if key in node:
+            name, entry = node[key]["name"], node[key].get("tasks_from", "main")
+            names = [name.replace(name[name.index("{{"):], item) for item in node["loop"]] if "{{" in name else [name]
+            for one in names:
+                yield one.split(".")[-1], entry
+    for value in node.values():
+        yield from role_entries(value)
+
+
+def test_every_entry_point_a_play_or_role_uses_has_the_role_s_argument_spec() -> None:
+    """Ansible checks a role's variables against the spec of the entry point it runs (types, choices, sub-options): the
+    input checks (tasks/validate.yml) do not repeat them, so an entry point without a spec would check no types at all."""
+    files = [os.path.join(ROOT, "playbooks", name) for name in os.listdir(os.path.join(ROOT, "playbooks")) if name.endswith(".yml")]
+    files += [os.path.join(ROOT, "playbooks", "tasks", name) for name in os.listdir(os.path.join(ROOT, "playbooks", "tasks"))]
+    entries = set()
+    for path in files:
+        with open(path) as handle:
+            entries.update(role_entries(yaml.safe_load(handle)))
+    assert {("sglang_service", "configure"), ("sglang_service", "start"), ("sglang_service", "diagnose"),
+            ("cuda_toolkit", "validate"), ("inferops", "validate"), ("jit_cache", "main")} <= entries
+    for role, entry in sorted(entries):
+        specs = role_docs.load(role, "meta/argument_specs.yml")["argument_specs"]
+        assert entry in specs, (role, entry)
+        assert specs[entry]["options"] == specs["main"]["options"], (role, entry)
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(os.path.join(ROOT, "roles"))))
+def test_no_input_check_repeats_the_spec_s_choices_or_booleans(role: str) -> None:
+    """A choice or a boolean of the argument spec is Ansible's to check at the entry point, not the role's again."""
+    options = role_docs.load(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    with open(os.path.join(ROOT, "roles", role, "tasks", "validate.yml")) as handle:
+        text = handle.read()
+    for name, option in options.items():
+        if option.get("type") == "bool":
+            assert not re.search(r"\b%s is boolean" % name, text), name
+        for choice in option.get("choices", []):
+            assert not re.search(r"\b%s (not )?in \[[^]]*'%s'" % (name, choice), text), name
+    assert "argspec_problems" not in text and "_input_key" not in text

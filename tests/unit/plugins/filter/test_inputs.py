@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The input_problems, env_extra_problems and argspec_problems filters: bad operator input named, with the fix."""
+"""The input_problems and env_extra_problems filters: bad operator input named, with the fix; and the roles' argument
+specs, which Ansible applies at every entry point (types, choices, sub-options)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import typing as t
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.inferops.blackwell.plugins.filter import inputs
-from ansible_collections.inferops.blackwell.plugins.filter.inputs import argspec_problems, env_extra_problems, input_problems
+from ansible_collections.inferops.blackwell.plugins.filter.inputs import env_extra_problems, input_problems
 
 MANAGED = ["CUDA_HOME", "PATH", "LD_LIBRARY_PATH"]
 
@@ -193,33 +195,46 @@ def spec_and_defaults(role: str) -> t.Tuple[t.Dict[str, t.Any], t.Dict[str, t.An
         return options, yaml.safe_load(handle)
 
 
-@pytest.mark.parametrize("role", ["cuda_toolkit", "cuda_env", "flashinfer", "jit_cache", "sglang_service"])
+def spec_errors(values: t.Dict[str, t.Any], options: t.Dict[str, t.Any]) -> t.List[str]:
+    """What Ansible's check at a role's entry point says of these values (the validator it runs there)."""
+    return list(ArgumentSpecValidator(options).validate(values, validate_role_argument_spec=True).error_messages)
+
+
+@pytest.mark.parametrize("role", ["inferops", "cuda_toolkit", "cuda_env", "flashinfer", "jit_cache", "sglang_service"])
 def test_every_role_default_fits_its_own_argument_spec(role: str) -> None:
     options, defaults = spec_and_defaults(role)
-    assert argspec_problems(defaults, options, role) == []
+    assert spec_errors(defaults, options) == []
 
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({"sglang_service_active": 5}, "sglang_service_active"),
+    ({"sglang_service_active": ["sglang-xx"]}, "sglang_service_active"),
     ({"sglang_service_ar": "demo"}, "sglang_service_ar"),
     ({"sglang_service_ar": {"port": "http"}}, "port"),
     ({"sglang_service_ar": {"no_such_key": 1}}, "no_such_key"),
+    ({"sglang_service_force_restart": "maybe"}, "sglang_service_force_restart"),
 ])
-def test_a_wrong_type_is_one_line_naming_the_variable_and_the_spec(change: t.Dict[str, t.Any], expected: str) -> None:
+def test_the_spec_refuses_a_wrong_type_or_choice_naming_the_variable(change: t.Dict[str, t.Any], expected: str) -> None:
+    """The types and choices the input checks no longer repeat (tasks/validate.yml): Ansible's check refuses them."""
     options, defaults = spec_and_defaults("sglang_service")
-    problems = argspec_problems(dict(defaults, **change), options, "sglang_service")
-    assert problems, change
-    for problem in problems:
-        assert "\n" not in problem and len(problem) < 400
-        assert problem.endswith("(types: roles/sglang_service/meta/argument_specs.yml)")
-    assert any(expected in problem for problem in problems)
+    errors = spec_errors(dict(defaults, **change), options)
+    assert errors, change
+    assert any(expected in error for error in errors), errors
 
 
-def test_argspec_problems_checks_only_the_spec_s_names_and_refuses_non_mappings() -> None:
-    options, defaults = spec_and_defaults("jit_cache")
-    assert argspec_problems(dict(defaults, unrelated_variable=[1, 2]), options) == []
-    with pytest.raises(AnsibleFilterError):
-        argspec_problems(["jit_cache_poll"], options)
+@pytest.mark.parametrize(("role", "change", "expected"), [
+    ("flashinfer", {"flashinfer_strategy": "fix"}, "flashinfer_strategy must be one of: pin, upgrade, patch, got: fix"),
+    ("flashinfer", {"flashinfer_patch_state": "gone"}, "flashinfer_patch_state must be one of: present, absent"),
+    ("flashinfer", {"flashinfer_jit_derive": "maybe"}, "flashinfer_jit_derive"),
+    ("cuda_toolkit", {"cuda_toolkit_method": "yum"}, "cuda_toolkit_method must be one of: apt, pip"),
+    ("cuda_toolkit", {"cuda_toolkit_apt_hold": "maybe"}, "argument 'cuda_toolkit_apt_hold' is of type str and we were unable to convert to bool"),
+    ("cuda_env", {"cuda_env_ld_library_path": "maybe"}, "cuda_env_ld_library_path"),
+    ("inferops", {"inferops_check_inputs": "maybe"}, "inferops_check_inputs"),
+])
+def test_the_choices_and_booleans_the_checks_left_to_the_spec(role: str, change: t.Dict[str, t.Any], expected: str) -> None:
+    options, defaults = spec_and_defaults(role)
+    errors = spec_errors(dict(defaults, **change), options)
+    assert any(expected in error for error in errors), errors
 
 
 def test_a_lazy_list_is_named_as_yaml_names_it() -> None:
@@ -263,27 +278,3 @@ def test_pip_hash_requirements_pins_each_wheel_to_its_digests() -> None:
     assert text == "a==1 --hash=sha256:aa --hash=sha256:ab\nb==2 --hash=sha256:bb\nc==3\n"
     assert inputs.pip_hash_requirements([], {"a==1": ["aa"]}) == ""
     assert inputs.FilterModule().filters()["pip_hash_requirements"] is inputs.pip_hash_requirements
-
-
-class _TaggedStr(str):
-    """Stands for Ansible's tagged strings (a str subclass)."""
-
-
-class _LazyList(list):  # type: ignore[type-arg]
-    """Stands for Ansible's templated list (a list subclass whose deep copy templates every element again)."""
-
-    def __deepcopy__(self, memo: t.Dict[int, t.Any]) -> t.Any:
-        raise AssertionError("the argument spec validator deep-copied a templated container")
-
-
-def test_plain_hands_the_validator_python_s_own_types() -> None:
-    value = {_TaggedStr("name"): _LazyList([_TaggedStr("a"), (1, 2.5), {"k": None}, True])}
-    copy = inputs.plain(value)
-    assert copy == {"name": ["a", [1, 2.5], {"k": None}, True]}
-    assert [item.__class__ for item in (next(iter(copy)), copy["name"], copy["name"][0])] == [str, list, str]
-    # the validator deep-copies its input: with plain copies it never copies Ansible's containers
-    options, defaults = spec_and_defaults("cuda_toolkit")
-    given = dict(defaults, cuda_toolkit_pip_wheels=_LazyList([_TaggedStr("nvidia-cuda-nvcc==13.0.88")]),
-                 cuda_toolkit_pip_hashes={"nvidia-cuda-nvcc==13.0.88": _LazyList(["0" * 64])})
-    assert argspec_problems(given, options, "cuda_toolkit") == []
-    assert argspec_problems(dict(given, cuda_toolkit_apt_hold=_LazyList(["x"])), options, "cuda_toolkit")
