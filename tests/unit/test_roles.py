@@ -210,3 +210,13 @@ def test_no_input_check_repeats_the_spec_s_choices_or_booleans(role: str) -> Non
         for choice in option.get("choices", []):
             assert not re.search(r"\b%s (not )?in \[[^]]*'%s'" % (name, choice), text), name
     assert "argspec_problems" not in text and "_input_key" not in text
+
+
+def test_the_services_settings_leave_sglang_s_choices_to_sglang() -> None:
+    """Ansible checks the argument spec before the input checks run SGLang's own parser: a `choices` list for a setting
+    SGLang parses (a backend, the speculative algorithm) would be our copy of SGLang's, refusing what a newer SGLang
+    accepts and pre-empting SGLang's own message (bad-input case "a value SGLang rejects")."""
+    options = role_docs.load("sglang_service", "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    for service in ("sglang_service_ar", "sglang_service_spec"):
+        assert options[service]["options"]["attention_backend"]["type"] == "str"
+        assert [name for name, option in options[service]["options"].items() if "choices" in option] == [], service
