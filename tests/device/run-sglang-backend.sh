@@ -43,7 +43,7 @@ zoo llama3.1-8b-fp8kv llama3.1-8b "kv-cache-dtype: fp8_e4m3"
 zoo llama3.1-8b-eagle3 llama3.1-8b "speculative-algorithm: EAGLE3" "speculative-draft-model-path: $models/eagle3-llama3.1-8b" \
   "speculative-num-steps: 3" "speculative-eagle-topk: 1" "speculative-num-draft-tokens: 4"
 request=$($py -c 'import glob, json; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sorted(glob.glob("/tmp/sgl-zoo/*.yaml"))}))')
-side=roles/flashinfer/files/inferops_flashinfer_venv.py
+side=roles/inferops/files/inferops_flashinfer_venv.py
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/gpu-memory-before.txt"
 t0=$(date +%s)
 $py $side plan "$request" > "$out/plan.out" 2> "$out/plan.err" & pid=$!

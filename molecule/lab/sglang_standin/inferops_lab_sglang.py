@@ -20,7 +20,7 @@ comes from the real SGLang release installed beside it:
   backend asks for is really loaded by FlashInfer (from its cache, or JIT-built), then handed
   back as a stand-in whose kernels do nothing (no GPU); Triton kernels are not launched.
   This harness is the lab's own, written apart from the role's planner
-  (roles/flashinfer/files/inferops_sglang_plan.py), so that a disagreement fails here.
+  (roles/inferops/files/inferops_sglang_plan.py), so that a disagreement fails here.
 What is simulated: loading weights (a sleep) and running kernels (none run). Besides attention:
 - `sampling` at the first request that needs top-k / top-p / min-p (a temperature-only or
   greedy request samples with torch; sglang/srt/layers/sampler.py).

@@ -20,9 +20,9 @@ import time
 import typing as t
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
+sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
 
-import inferops_flashinfer as tool  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer.py
+import inferops_flashinfer as tool  # noqa: E402 -- roles/inferops/files/inferops_flashinfer.py
 import pytest  # noqa: E402
 
 NINJA = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

@@ -12,9 +12,9 @@ import sys
 import typing as t
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
+sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
 
-import inferops_flashinfer as tool  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer.py
+import inferops_flashinfer as tool  # noqa: E402 -- roles/inferops/files/inferops_flashinfer.py
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_the_venv_side_is_run_as_the_file_installed_beside_the_tool(node: t.Dict
     monkeypatch.setattr(tool.subprocess, "run", fake_run)
     tool.inner(node, "probe")
     assert argv[0] == os.path.join(node["venv"], "bin", "python")
-    assert argv[1] == os.path.join(ROOT, "roles", "flashinfer", "files", "inferops_flashinfer_venv.py")
+    assert argv[1] == os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py")
     assert argv[2] == "probe" and json.loads(argv[3])["modules"] == ["sampling"]
 
 

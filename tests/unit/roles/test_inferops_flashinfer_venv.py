@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The venv side of the node tool (roles/flashinfer/files/inferops_flashinfer_venv.py): what it decides without FlashInfer,
+"""The venv side of the node tool (roles/inferops/files/inferops_flashinfer_venv.py): what it decides without FlashInfer,
 SGLang or torch (module names, reuse of a derivation, ninja's verdict, stale locks, its result line). What FlashInfer and
 SGLang decide through it is tested on lab nodes with their real code (molecule) and on the H200 (tests/device)."""
 
@@ -16,9 +16,9 @@ import types
 import typing as t
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "flashinfer", "files"))
+sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
 
-import inferops_flashinfer_venv as side  # noqa: E402 -- roles/flashinfer/files/inferops_flashinfer_venv.py
+import inferops_flashinfer_venv as side  # noqa: E402 -- roles/inferops/files/inferops_flashinfer_venv.py
 import pytest  # noqa: E402
 
 
