@@ -1,0 +1,353 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: converged
+short_description: INTERNAL to site.yml -- record a converged node's state, and ask the node once whether it still holds
+version_added: 0.2.0
+description:
+  - Internal to the collection's C(site.yml); not an interface for other playbooks.
+  - C(state=record), at the end of a run that provisioned the node and found its services healthy, writes what the run
+    left there to O(path): the digest of each role's settings and code (O(key)), and for each managed item (O(items))
+    what it is now -- a file's content, a directory's listing, a link's target, a unit's state, a service's health,
+    Debian packages' versions.
+  - C(state=check) asks the node, in one call, whether every recorded item is still as recorded and the settings of this
+    run are those of the record. Any difference is returned in RV(drift), with the role that would change it; no record,
+    or a record of other settings, is a difference too.
+  - Reads only, apart from C(state=record) writing O(path).
+author:
+  - inferops maintainers (@inferops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: C(state=check) reads only and runs in check mode; C(state=record) reports whether it would write.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  state:
+    description: C(check) compares the node with the record; C(record) writes the record.
+    type: str
+    choices: [check, record]
+    default: check
+  path:
+    description: The record (root only, 0600).
+    type: path
+    default: /var/lib/inferops/converged.json
+  key:
+    description:
+      - Per role, a digest per setting (and C(code) for the role's own files); compared name by name, so that the drift
+        names the setting that changed.
+    type: dict
+    required: true
+  items:
+    description:
+      - C(state=record) only. Each a dict with C(role) (the role that would change it) and one of C(paths) (each a file:
+        its sha256, or its size and modification time over 4 MiB; a directory: each file's size and modification time,
+        C(__pycache__) left out; a link: its target; absent: C(absent); a glob pattern: each match), C(units) (systemd
+        units: each one's active state, unit file state and whether it awaits a daemon-reload), C(health) (services, each
+        with C(name) and C(health_url): HTTP 200 now, at the record and at every check), C(debs) (Debian packages: their
+        versions and status).
+    type: list
+    elements: dict
+    default: []
+  report:
+    description: C(state=record) only. Kept as given and returned by C(state=check) (what the fleet report shows).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Ask the node whether it is as the last run left it
+  inferops.blackwell.converged:
+    key: "{{ _site_converged_key }}"
+  register: _site_converged
+"""
+
+RETURN = r"""
+converged:
+  description: C(state=check) -- every recorded item is as recorded and the settings are those of the record.
+  returned: always
+  type: bool
+drift:
+  description: The differences, one entry each.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    role:
+      description: The role that would change it (C(site.yml) for the record itself).
+      type: str
+    what:
+      description: The item (C(file /etc/inferops/cuda.env), C(unit sglang-ar), C(setting cuda_env_extra_vars)).
+      type: str
+    want:
+      description: What the record says.
+      type: str
+    have:
+      description: What the node has now.
+      type: str
+report:
+  description: The record's O(report) (C(state=check), when a record was read).
+  returned: always
+  type: dict
+key:
+  description: O(key), as given (C(site.yml) records it at the end of the run).
+  returned: when O(state=check)
+  type: dict
+"""
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import typing as t
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+FORMAT = 1
+# Larger files are compared by size and modification time, not read (a check costs milliseconds).
+READ_LIMIT = 4 * 1024 * 1024
+TREE_LIMIT = 20000
+
+
+def short(value: str) -> str:
+    """A digest shortened for a person; other values as they are."""
+    if value.startswith("sha256:"):
+        return value[:19]
+    return value
+
+
+def file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def tree_value(root: str) -> str:
+    """A directory: every file's relative path, size and modification time (not their content), as one digest."""
+    lines: t.List[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(name for name in dirnames if name != "__pycache__")
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            try:
+                info = os.lstat(full)
+            except OSError:
+                continue
+            lines.append("%s %d %d" % (os.path.relpath(full, root), info.st_size, info.st_mtime_ns))
+            if len(lines) > TREE_LIMIT:
+                return "too many files (over %d)" % TREE_LIMIT
+    return "%d files, sha256:%s" % (len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest())
+
+
+def path_value(path: str) -> str:
+    if any(char in path for char in "*?["):
+        matches = sorted(glob.glob(path))
+        return "; ".join("%s: %s" % (match, path_value(match)) for match in matches) or "absent"
+    if os.path.islink(path):
+        return "link to " + os.readlink(path)
+    if os.path.isdir(path):
+        return "directory of " + tree_value(path)
+    if not os.path.exists(path):
+        return "absent"
+    info = os.stat(path)
+    if info.st_size > READ_LIMIT:
+        return "%d bytes, modified %d" % (info.st_size, info.st_mtime_ns)
+    return file_digest(path)
+
+
+def unit_values(units: t.List[str]) -> t.Dict[str, str]:
+    """Every unit's state from one systemctl call."""
+    if not units:
+        return {}
+    names = [unit if "." in unit else unit + ".service" for unit in units]
+    try:
+        result = subprocess.run(["systemctl", "show", "--property=Id,ActiveState,UnitFileState,NeedDaemonReload", *names],
+                                capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {unit: "unknown (%s)" % error for unit in units}
+    blocks = [block for block in result.stdout.strip().split("\n\n")]
+    values = {}
+    for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        value = "%s, %s" % (props.get("ActiveState", "?"), props.get("UnitFileState") or "no unit file")
+        if props.get("NeedDaemonReload") == "yes":
+            value += ", its unit file changed since systemd read it"
+        values[unit] = value
+    return values
+
+
+def health_value(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 -- the service's loopback health URL
+            return "healthy" if response.status == 200 else "unhealthy (HTTP %d)" % response.status
+    except urllib.error.HTTPError as error:
+        return "unhealthy (HTTP %d)" % error.code
+    except (urllib.error.URLError, OSError) as error:
+        return "unhealthy (%s)" % getattr(error, "reason", error)
+
+
+def debs_value(packages: t.List[str]) -> str:
+    try:
+        result = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *packages],
+                                capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return "unknown (%s)" % error
+    found = sorted(line.strip() for line in result.stdout.splitlines() if line.strip())
+    missing = sorted(set(packages) - {line.split()[0] for line in found})
+    return "; ".join(found + ["%s not installed" % name for name in missing])
+
+
+def flatten(groups: t.List[t.Dict[str, t.Any]]) -> t.List[t.Dict[str, t.Any]]:
+    """The items as given (per role: paths, units, health, debs) -> one entry per path, unit and service."""
+    items: t.List[t.Dict[str, t.Any]] = []
+    for group in groups:
+        role = str(group.get("role") or "?")
+        unknown = sorted(set(group) - {"role", "paths", "units", "health", "debs"})
+        if unknown:
+            raise ValueError("an item of role %s has %s: give paths, units, health or debs" % (role, ", ".join(unknown)))
+        items += [{"role": role, "path": str(path)} for path in group.get("paths") or []]
+        items += [{"role": role, "unit": str(unit)} for unit in group.get("units") or []]
+        items += [{"role": role, "name": str(service.get("name", "?")), "health_url": str(service["health_url"])}
+                  for service in group.get("health") or []]
+        if group.get("debs"):
+            items.append({"role": role, "debs": sorted(str(name) for name in group["debs"])})
+    return items
+
+
+def item_label(item: t.Dict[str, t.Any]) -> str:
+    if item.get("path"):
+        return "file " + str(item["path"])
+    if item.get("unit"):
+        return "unit " + str(item["unit"])
+    if item.get("health_url"):
+        return "health of %s (%s)" % (item.get("name", "?"), item["health_url"])
+    if item.get("debs"):
+        return "packages " + ", ".join(item["debs"])
+    raise ValueError("an item needs path, unit, health_url or debs: %s" % json.dumps(item, sort_keys=True))
+
+
+def current_values(items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
+    """What each item is now, in the order given (the units in one systemctl call)."""
+    units = unit_values([str(item["unit"]) for item in items if item.get("unit")])
+    values = []
+    for item in items:
+        if item.get("path"):
+            values.append(path_value(str(item["path"])))
+        elif item.get("unit"):
+            values.append(units[str(item["unit"])])
+        elif item.get("health_url"):
+            values.append(health_value(str(item["health_url"])))
+        else:
+            values.append(debs_value([str(name) for name in item["debs"]]))
+    return values
+
+
+def key_drift(want: t.Dict[str, t.Dict[str, str]], have: t.Dict[str, t.Dict[str, str]]) -> t.List[t.Dict[str, str]]:
+    """Setting by setting: a setting of this run that the record holds otherwise, or not at all, and the reverse."""
+    drift = []
+    for role in sorted(set(want) | set(have)):
+        ours, theirs = want.get(role) or {}, have.get(role) or {}
+        for name in sorted(set(ours) | set(theirs)):
+            if ours.get(name) != theirs.get(name):
+                what = "its code (the collection changed)" if name == "code" else (
+                    "the node's GPUs or system" if name == "node" else "setting " + name)
+                drift.append({"role": role, "what": what,
+                              "want": "this run's" if name in ours else "unset in this run",
+                              "have": "the last converged run's" if name in theirs else "unset in the last converged run"})
+    return drift
+
+
+def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
+
+
+def check(path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
+    record = read_record(path)
+    if record is None:
+        return {"converged": False, "report": {},
+                "drift": [{"role": "site.yml", "what": "the record " + path, "want": "the record of the last converged run",
+                           "have": "none (never converged by site.yml, or removed)"}]}
+    drift = key_drift(key, record.get("key") or {})
+    items = record.get("items") or []
+    for item, now in zip(items, current_values(items)):
+        # a service must answer now, whatever it answered then
+        want = "healthy" if item.get("health_url") else str(item.get("value"))
+        if now != want:
+            drift.append({"role": str(item.get("role", "?")), "what": item_label(item), "want": short(want), "have": short(now)})
+    return {"converged": not drift, "drift": drift, "report": record.get("report") or {}}
+
+
+def record(module: AnsibleModule, path: str, key: t.Dict[str, t.Any], items: t.List[t.Dict[str, t.Any]],
+           report: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    try:
+        items = flatten(items)
+        labels = [item_label(item) for item in items]
+    except (ValueError, KeyError, AttributeError) as error:
+        module.fail_json(msg="converged: items: %s" % error)
+    entries = [dict(item, value=value) for item, value in zip(items, current_values(items))]
+    unhealthy = [{"role": str(entry.get("role", "?")), "what": label, "want": "healthy", "have": entry["value"]}
+                 for label, entry in zip(labels, entries) if entry.get("health_url") and entry["value"] != "healthy"]
+    if unhealthy:
+        # a node whose service does not answer is not converged: no record, and the next run takes the whole path
+        exists = os.path.exists(path)
+        if exists and not module.check_mode:
+            os.unlink(path)
+        return {"changed": exists, "converged": False, "report": report, "drift": unhealthy}
+    new = {"format": FORMAT, "key": key, "items": entries, "report": report}
+    text = json.dumps(new, indent=1, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            changed = handle.read() != text
+    except OSError:
+        changed = True
+    if changed and not module.check_mode:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        temp = path + ".tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    return {"changed": changed, "converged": True, "report": report, "drift": []}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["check", "record"], default="check"),
+            path=dict(type="path", default="/var/lib/inferops/converged.json"),
+            key=dict(type="dict", required=True),
+            items=dict(type="list", elements="dict", default=[]),
+            report=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["state"] == "check":
+        module.exit_json(changed=False, key=params["key"], **check(params["path"], params["key"]))
+    module.exit_json(**record(module, params["path"], params["key"], params["items"], params["report"]))
+
+
+if __name__ == "__main__":
+    main()
