@@ -17,7 +17,7 @@ description:
     what it is now -- a file's content, a directory's listing, a link's target, a unit's state, a service's health,
     Debian packages' versions.
   - C(state=check) asks the node, in one call, whether every recorded item is still as recorded and the settings of this
-    run are those of the record. Any difference is returned in RV(drift), with the role that would change it; no record,
+    run are those of the record, on the same system (distribution, release, machine). Any difference is returned in RV(drift), with the role that would change it; no record,
     or a record of other settings, is a difference too.
   - Reads only, apart from C(state=record) writing O(path).
 author:
@@ -126,6 +126,8 @@ def short(value: str) -> str:
     """A digest shortened for a person; other values as they are."""
     if value.startswith("sha256:"):
         return value[:19]
+    if len(value) > 80:
+        return "%s... (%d characters, sha256:%s)" % (value[:48], len(value), hashlib.sha256(value.encode()).hexdigest()[:12])
     return value
 
 
@@ -264,12 +266,23 @@ def key_drift(want: t.Dict[str, t.Dict[str, str]], have: t.Dict[str, t.Dict[str,
         ours, theirs = want.get(role) or {}, have.get(role) or {}
         for name in sorted(set(ours) | set(theirs)):
             if ours.get(name) != theirs.get(name):
-                what = "its code (the collection changed)" if name == "code" else (
-                    "the node's GPUs or system" if name == "node" else "setting " + name)
-                drift.append({"role": role, "what": what,
-                              "want": "this run's" if name in ours else "unset in this run",
-                              "have": "the last converged run's" if name in theirs else "unset in the last converged run"})
+                what = {"code": "its code (the collection's files)", "node": "the node's GPUs"}.get(name, "setting " + name)
+                drift.append({"role": role, "what": what, "want": "this run: " + (ours.get(name) or "unset")[:8],
+                              "have": "last converged run: " + (theirs.get(name) or "unset")[:8]})
     return drift
+
+
+def system() -> str:
+    """The node's distribution, release and machine (the roles' results depend on them)."""
+    release: t.Dict[str, str] = {}
+    try:
+        with open("/etc/os-release", encoding="utf-8") as handle:
+            for line in handle:
+                name, _, value = line.strip().partition("=")
+                release[name] = value.strip('"')
+    except OSError:
+        pass
+    return "%s %s %s" % (release.get("ID", "?"), release.get("VERSION_ID", "?"), os.uname().machine)
 
 
 def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
@@ -288,6 +301,8 @@ def check(path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
                 "drift": [{"role": "site.yml", "what": "the record " + path, "want": "the record of the last converged run",
                            "have": "none (never converged by site.yml, or removed)"}]}
     drift = key_drift(key, record.get("key") or {})
+    if record.get("system") != system():
+        drift.append({"role": "site.yml", "what": "the node's system", "want": str(record.get("system")), "have": system()})
     items = record.get("items") or []
     for item, now in zip(items, current_values(items)):
         # a service must answer now, whatever it answered then
@@ -313,7 +328,7 @@ def record(module: AnsibleModule, path: str, key: t.Dict[str, t.Any], items: t.L
         if exists and not module.check_mode:
             os.unlink(path)
         return {"changed": exists, "converged": False, "report": report, "drift": unhealthy}
-    new = {"format": FORMAT, "key": key, "items": entries, "report": report}
+    new = {"format": FORMAT, "key": key, "items": entries, "report": report, "system": system()}
     text = json.dumps(new, indent=1, sort_keys=True) + "\n"
     try:
         with open(path, encoding="utf-8") as handle:
