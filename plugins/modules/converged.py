@@ -17,8 +17,8 @@ description:
     what it is now -- a file's content, a directory's listing, a link's target, a unit's state, a service's health,
     Debian packages' versions.
   - C(state=check) asks the node, in one call, whether every recorded item is still as recorded and the settings of this
-    run are those of the record, on the same system (distribution, release, machine). Any difference is returned in RV(drift), with the role that would change it; no record,
-    or a record of other settings, is a difference too.
+    run are those of the record, on the same system (distribution, release, machine). Any difference is returned in
+    RV(drift), with the role that would change it; no record, or a record of other settings, is a difference too.
   - Reads only, apart from C(state=record) writing O(path).
 author:
   - inferops maintainers (@inferops)
@@ -195,7 +195,7 @@ def unit_values(units: t.List[str]) -> t.Dict[str, str]:
 
 def health_value(url: str) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 -- the service's loopback health URL
+        with urllib.request.urlopen(url, timeout=5) as response:
             return "healthy" if response.status == 200 else "unhealthy (HTTP %d)" % response.status
     except urllib.error.HTTPError as error:
         return "unhealthy (HTTP %d)" % error.code
