@@ -33,7 +33,7 @@ LAB_INVENTORY := inventories/lab
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
-	@echo "make bench     time site.yml and remediate.yml on BENCH_NODES (4) lab nodes of one fingerprint + 1, store on and off"
+	@echo "make bench     a no-op site.yml and the --check drift report on 1 and BENCH_NODES (4) converged lab nodes: wall and CPU seconds"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
 	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
@@ -191,13 +191,15 @@ lab-remediate: venv link
 lab-down: venv
 	$(LABCTL) fleet-down
 
-# What the build store, the canary and the cheap no-op buy (issue 15's targets): BENCH_NODES lab nodes of one GPU
-# profile and one of another, real compiles (the lab's compile cache off), a table and .build/bench/bench.json.
+# What a no-op run and the drift report cost (issue 33's targets: one node's no-op in <= 10 s wall and <= 3 controller
+# CPU-seconds; N nodes' in <= 1.1 x N x one node's core-seconds), on 1 and BENCH_NODES converged lab nodes of one GPU
+# profile; a table and .build/bench/bench.json. BENCH_ARGS=--store adds the build store's steps with real compiles (long).
 BENCH_NODES ?= 4
+BENCH_ARGS ?=
 bench: debs venv link
 	$(LABCTL) build
 	$(LABCTL) mirror
-	$(BIN)/python molecule/lab/bench.py --nodes $(BENCH_NODES)
+	$(BIN)/python molecule/lab/bench.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
 
 # Rewrite the README's role sections from roles/*/meta/argument_specs.yml.
 docs: venv

@@ -1,24 +1,28 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""make bench -- what the build store, the canary and the cheap no-op buy, measured on lab nodes.
+"""make bench -- what a no-op run and the drift report cost, and what the build store buys, measured on lab nodes.
 
-LAB TOOLING. Boots N lab nodes of one GPU profile and one of another (SIMULATED GPUs; real systemd, toolkit,
-FlashInfer and nvcc 13.0 compiles), with the lab's compile cache switched off on every node, so that each
-compile is a real one and each nvcc call is counted (the lab launcher logs every call with the node's name).
-Then, in one run:
+LAB TOOLING. Boots N lab nodes of one GPU profile (SIMULATED GPUs; real systemd, toolkit, FlashInfer and nvcc 13.0
+compiles, through the lab's compile cache), then, in one run:
 
-  converge   playbooks/site.yml on 1 fresh node, then on N fresh nodes of that fingerprint (their canary first, then
-             the other N-1 in one batch: site_serial=100%), then on the node of the other fingerprint (it builds its own)
-  no-op      site.yml again on 1 node, then on the N of its fingerprint (nothing may change)
-  jit_cache  the jit_cache role alone on a warm node (nothing may compile)
-  remediate  one node's caches wiped, playbooks/remediate.yml on it; every node's caches wiped, remediate.yml with
-             the store, then (wiped again) without it
+  converge   playbooks/site.yml on 1 fresh node, then on the N of that fingerprint (the first one converged: its
+             canary; the other N-1 in one batch: site_serial=100%)
+  no-op      site.yml again on 1 node, then on the N (the converged check: one question per node, nothing changes)
+  drift      a hand edit of one node's environment file, then site.yml --check on it: the drift report must name the
+             file and its role (cuda_env), and nothing may change
 
-and prints a table and writes JSON (.build/bench/bench.json), with the machine it ran on. Exits 1 when a target
-of issue 15 is missed: N nodes converge and remediate in at most 1.5x one node with the store and at least 2.5x
-faster than without it; a no-op run of N nodes in at most 1.5x one node; a warm jit_cache compiles nothing; a node of
-another fingerprint builds its own.
+and prints a table and writes JSON (.build/bench/bench.json), with the machine it ran on. Figures are wall seconds and
+CPU seconds: the controller's (ansible-playbook, its workers, ssh) and the nodes' (their cgroups). The nodes share this
+machine's cores, so a fleet's figure is stated per core-second: N nodes' no-op costs at most 1.1 x N x one node's
+core-seconds (issue 33; it replaces issue 15's wall-clock ratios, which nodes sharing two cores cannot express). Exits 1
+when a target is missed: one node's no-op in at most 10 s wall and 3 controller CPU-seconds, changing nothing; N nodes'
+within 1.1 x N x one node's core-seconds; the drift report names the edited file with its role.
+
+--store adds issue 15's build-store steps, with the lab's compile cache off on every node so that each compile is a
+real one and each nvcc call is counted: a node of another fingerprint converges and builds its own, the jit_cache role
+alone on a warm node compiles nothing, and remediate.yml after a wipe of one node's caches, of every node's with the
+store, and without it (long: real compiles on two cores).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ BENCH = os.path.normpath(os.path.join(labcommon.STATE, "..", "bench"))
 NVCC_LOG = os.path.join(labnodes.NVCC_CACHE, "log.jsonl")
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 CACHES = ["/var/lib/sglang/.cache/flashinfer", "/var/lib/sglang/.cache/sglang"]
-STEPS = ("converge_1", "converge_n", "converge_other", "noop_1", "noop_n", "jit_cache_warm", "remediate_1", "remediate_store", "remediate_no_store")
+STEPS = ("converge_1", "converge_n", "noop_1", "noop_n", "drift")
+STORE_STEPS = ("converge_other", "jit_cache_warm", "remediate_1", "remediate_store", "remediate_no_store")
 GROUPS = {"rtx-pro-6000-x8": "rtx_pro_6000", "b300-x8": "b300"}
 
 
@@ -75,11 +80,12 @@ def labctl_run(*args: str) -> None:
     subprocess.run([sys.executable, os.path.join(HERE, "labctl.py"), *args], check=True)
 
 
-def boot(node: Node) -> None:
-    """A fresh node (a new overlay), with the lab's compile cache off: every compile below is a real one."""
+def boot(node: Node, real_compiles: bool) -> None:
+    """A fresh node (a new overlay); real_compiles: the lab's compile cache off, every compile a real one."""
     labctl_run("down", node.name)
     labctl_run("up", node.name, "--profile", node.profile, "--address", node.address)
-    labctl_run("exec", node.name, "--", "touch", "/etc/inferops-lab/nvcc-cache-off")
+    if real_compiles:
+        labctl_run("exec", node.name, "--", "touch", "/etc/inferops-lab/nvcc-cache-off")
 
 
 def write_inventory(nodes: t.List[Node]) -> str:
@@ -156,6 +162,7 @@ def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: 
     on_nodes = sum(nodes_after[name] - nodes_before[name] for name in nodes_after)
     with open(os.path.join(BENCH, step + ".log"), "w") as handle:
         handle.write(" ".join(command) + "\n" + done.stdout + "\n" + done.stderr)
+    output[step] = done.stdout
     if done.returncode != 0:
         raise SystemExit("bench: %s failed (rc %d); see %s" % (step, done.returncode, os.path.join(BENCH, step + ".log")))
     calls = nvcc_calls(started_wall, time.time())
@@ -163,12 +170,17 @@ def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: 
     result = {"seconds": round(seconds, 1), "nodes": len(names), "seconds_per_node": round(seconds / len(names), 1),
               "nvcc_calls": sum(calls.values()), "nvcc_calls_per_node": {name: calls.get(name, 0) for name in names},
               "changed": sum(entry["changed"] for entry in hosts_recap.values()),
-              "controller_cpu_s": round(controller, 1), "nodes_cpu_s": round(on_nodes, 1),
+              "controller_cpu_s": round(controller, 2), "nodes_cpu_s": round(on_nodes, 2),
+              "core_s": round(controller + on_nodes, 2), "tasks": sum(entry["ok"] for entry in hosts_recap.values()),
               # the shortest this step could take on this machine's cores, were they never idle
               "cpu_bound_s": round((controller + on_nodes) / (os.cpu_count() or 1), 1)}
     log("%s: %.1f s, %d nvcc call(s), %d change(s); CPU: controller %.1f s, nodes %.1f s" % (
         step, seconds, result["nvcc_calls"], result["changed"], controller, on_nodes))
     return result
+
+
+# each step's output, for the targets that read it (the drift report)
+output: t.Dict[str, str] = {}
 
 
 def wipe(nodes: t.List[Node]) -> None:
@@ -200,7 +212,8 @@ def main(argv: t.List[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4, help="nodes of the first profile (default 4)")
     parser.add_argument("--profile", default="rtx-pro-6000-x8")
-    parser.add_argument("--other", default="b300-x8", help="the one node of another fingerprint")
+    parser.add_argument("--other", default="b300-x8", help="--store: the one node of another fingerprint")
+    parser.add_argument("--store", action="store_true", help="also issue 15's build-store steps, with real compiles (long)")
     parser.add_argument("--keep", action="store_true", help="leave the nodes running afterwards")
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.nodes > 40:
@@ -214,37 +227,44 @@ def main(argv: t.List[str]) -> int:
         for line in handle:
             log(line.rstrip())
     nodes = nodes_for(args.nodes, args.profile, args.other)
-    first, same = nodes[:1], nodes[:-1]
+    if not args.store:
+        nodes = nodes[:-1]
+    first, same = nodes[:1], nodes[:args.nodes]
     inventory = write_inventory(nodes)
     stores = {name: os.path.join(BENCH, "store-" + name) for name in ("one", "fleet")}
     for path in stores.values():
         shutil.rmtree(path, ignore_errors=True)
     results: t.Dict[str, t.Any] = {"machine": machine(), "nodes": [node._asdict() for node in nodes],
                                    "lab": "SIMULATED GPUs and SGLang; real systemd, CUDA 13.0, FlashInfer, nvcc compiles "
-                                          "(the lab's compile cache off on every node)"}
+                                          + ("(the lab's compile cache off on every node)" if args.store else "(through the lab's compile cache)")}
+    store = ["-e", "jit_cache_store_dir=" + stores["fleet"]]
     try:
-        boot(first[0])
+        boot(first[0], args.store)
         results["converge_1"] = play("converge_1", inventory, "site.yml", first, "-e", "jit_cache_store_dir=" + stores["one"])
-        for node in nodes:
-            boot(node)
-        store = ["-e", "jit_cache_store_dir=" + stores["fleet"]]
-        # N of one fingerprint: their canary builds and puts, then the other N-1 fetch, in one batch (with the default
-        # site_serial of 20%, N-1 = 3 followers would go one by one: a rollout policy, not what the store costs)
+        for node in nodes[1:]:
+            boot(node, args.store)
+        # N of one fingerprint: their canary (the converged first node) goes first, then the other N-1 in one batch
+        # (with the default site_serial of 20%, N-1 = 3 followers would go one by one: a rollout policy)
         results["converge_n"] = play("converge_n", inventory, "site.yml", same, *store, "-e", "site_serial=100%")
-        # the node of another fingerprint finds nothing of its own in the store and builds
-        results["converge_other"] = play("converge_other", inventory, "site.yml", nodes[-1:], *store)
+        if args.store:
+            # the node of another fingerprint finds nothing of its own in the store and builds
+            results["converge_other"] = play("converge_other", inventory, "site.yml", nodes[-1:], *store)
         results["noop_1"] = play("noop_1", inventory, "site.yml", first, *store)
         results["noop_n"] = play("noop_n", inventory, "site.yml", same, *store, "-e", "site_serial=100%")
-        results["jit_cache_warm"] = play("jit_cache_warm", inventory, "site.yml", first, "--tags", "jit_cache", *store)
-        wipe(first)
-        results["remediate_1"] = play("remediate_1", inventory, "remediate.yml", first, *store,
-                                      "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-1.json"))
-        wipe(nodes)
-        results["remediate_store"] = play("remediate_store", inventory, "remediate.yml", nodes, *store,
-                                          "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-store.json"))
-        wipe(nodes)
-        results["remediate_no_store"] = play("remediate_no_store", inventory, "remediate.yml", nodes, "-e", "jit_cache_store_dir=",
-                                             "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-no-store.json"))
+        labctl_run("exec", first[0].name, "--", "sh", "-c", "echo '# edited by hand' >> /etc/inferops/cuda.env")
+        results["drift"] = play("drift", inventory, "site.yml", first, *store, "--check")
+        if args.store:
+            labctl_run("exec", first[0].name, "--", "sed", "-i", "/# edited by hand/d", "/etc/inferops/cuda.env")
+            results["jit_cache_warm"] = play("jit_cache_warm", inventory, "site.yml", first, "--tags", "jit_cache", *store)
+            wipe(first)
+            results["remediate_1"] = play("remediate_1", inventory, "remediate.yml", first, *store,
+                                          "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-1.json"))
+            wipe(nodes)
+            results["remediate_store"] = play("remediate_store", inventory, "remediate.yml", nodes, *store,
+                                              "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-store.json"))
+            wipe(nodes)
+            results["remediate_no_store"] = play("remediate_no_store", inventory, "remediate.yml", nodes, "-e", "jit_cache_store_dir=",
+                                                 "-e", "remediate_report_path=" + os.path.join(BENCH, "remediate-no-store.json"))
     finally:
         # what was measured so far, also when a step failed
         with open(os.path.join(BENCH, "bench.json"), "w") as handle:
@@ -252,22 +272,28 @@ def main(argv: t.List[str]) -> int:
         if not args.keep:
             for node in nodes:
                 labctl_run("down", node.name)
+    noop_1, noop_n = results["noop_1"], results["noop_n"]
+    drift_line = re.search(r"cuda_env: file /etc/inferops/cuda\.env: sha256:\w+ -> sha256:\w+", output.get("drift", ""))
     targets = [
-        ("N nodes of one fingerprint converge with the store in <= 1.5x one node",
-         ratio(results["converge_n"]["seconds"], results["converge_1"]["seconds"]), "<=", 1.5),
+        ("no-op run of one node: wall seconds", noop_1["seconds"], "<=", 10.0),
+        ("no-op run of one node: controller CPU-seconds", noop_1["controller_cpu_s"], "<=", 3.0),
+        ("no-op run of N nodes: core-seconds / (N x one node's)",
+         ratio(noop_n["core_s"], args.nodes * noop_1["core_s"]), "<=", 1.1),
+        ("no-op runs change nothing", float(noop_1["changed"] + noop_n["changed"]), "<=", 0.0),
+        ("drift report (--check) names the edited file with its role (cuda_env)", 1.0 if drift_line else 0.0, ">=", 1.0),
+        ("drift report changes nothing", float(results["drift"]["changed"] if "drift" in results else 1), "<=", 0.0),
         ("N nodes of one fingerprint converge with the nvcc calls of one node",
-         ratio(sum(results["converge_n"]["nvcc_calls_per_node"][node.name] for node in same),
-               results["converge_1"]["nvcc_calls"]), "<=", 1.0),
-        ("the node of another fingerprint builds its own (nvcc calls)", float(results["converge_other"]["nvcc_calls"]), ">=", 1.0),
-        ("no-op run of N nodes in <= 1.5x one node", ratio(results["noop_n"]["seconds"], results["noop_1"]["seconds"]), "<=", 1.5),
-        ("remediation of N+1 nodes: without the store / with it >= 2.5x",
-         ratio(results["remediate_no_store"]["seconds"], results["remediate_store"]["seconds"]), ">=", 2.5),
-        ("remediation of N+1 nodes with the store in <= 1.5x one node",
-         ratio(results["remediate_store"]["seconds"], results["remediate_1"]["seconds"]), "<=", 1.5),
-        ("remediation with the store: nvcc calls", float(results["remediate_store"]["nvcc_calls"]), "<=", 0.0),
-        ("no-op runs change nothing", float(results["noop_1"]["changed"] + results["noop_n"]["changed"]), "<=", 0.0),
-        ("warm jit_cache: nvcc calls", float(results["jit_cache_warm"]["nvcc_calls"]), "<=", 0.0),
+         ratio(sum(results["converge_n"]["nvcc_calls_per_node"][node.name] for node in same[1:]),
+               max(results["converge_1"]["nvcc_calls"], 1)), "<=", 1.0),
     ]
+    if args.store:
+        targets += [
+            ("the node of another fingerprint builds its own (nvcc calls)", float(results["converge_other"]["nvcc_calls"]), ">=", 1.0),
+            ("remediation of N+1 nodes: without the store / with it >= 2.5x",
+             ratio(results["remediate_no_store"]["seconds"], results["remediate_store"]["seconds"]), ">=", 2.5),
+            ("remediation with the store: nvcc calls", float(results["remediate_store"]["nvcc_calls"]), "<=", 0.0),
+            ("warm jit_cache: nvcc calls", float(results["jit_cache_warm"]["nvcc_calls"]), "<=", 0.0),
+        ]
     results["targets"] = [{"what": what, "value": value, "target": "%s %s" % (op, bound),
                            "met": value <= bound if op == "<=" else value >= bound} for what, value, op, bound in targets]
     report(results, args.nodes)
@@ -279,16 +305,18 @@ def main(argv: t.List[str]) -> int:
 
 def report(results: t.Dict[str, t.Any], count: int) -> None:
     m = results["machine"]
-    print("\nmake bench: %d x %s + 1 x %s (SIMULATED GPUs), on %s (%d CPUs, %s, %.0f GiB), commit %s, %s" % (
-        count, results["nodes"][0]["profile"], results["nodes"][-1]["profile"], m["host"], m["cpus"], m["cpu_model"],
-        m["memory_gib"], m["commit"], m["date"]))
-    header = ("step", "nodes", "seconds", "s/node", "nvcc", "changed", "ctl cpu s", "node cpu s", "cpu bound")
-    print("%-20s %5s %8s %7s %5s %7s %9s %9s %9s" % header)
-    for step in STEPS:
+    print("\nmake bench: %d x %s (SIMULATED GPUs)%s, on %s (%d CPUs, %s, %.0f GiB), commit %s, %s" % (
+        count, results["nodes"][0]["profile"], " + 1 x %s" % results["nodes"][-1]["profile"] if len(results["nodes"]) > count else "",
+        m["host"], m["cpus"], m["cpu_model"], m["memory_gib"], m["commit"], m["date"]))
+    header = ("step", "nodes", "seconds", "s/node", "tasks", "nvcc", "changed", "ctl cpu s", "node cpu s", "core s")
+    print("%-20s %5s %8s %7s %6s %5s %7s %9s %10s %8s" % header)
+    for step in STEPS + STORE_STEPS:
+        if step not in results:
+            continue
         entry = results[step]
-        row = (step, entry["nodes"], entry["seconds"], entry["seconds_per_node"], entry["nvcc_calls"], entry["changed"],
-               entry["controller_cpu_s"], entry["nodes_cpu_s"], entry["cpu_bound_s"])
-        print("%-20s %5d %8.1f %7.1f %5d %7d %9.1f %10.1f %9.1f" % row)
+        row = (step, entry["nodes"], entry["seconds"], entry["seconds_per_node"], entry["tasks"], entry["nvcc_calls"],
+               entry["changed"], entry["controller_cpu_s"], entry["nodes_cpu_s"], entry["core_s"])
+        print("%-20s %5d %8.1f %7.1f %6d %5d %7d %9.2f %10.2f %8.2f" % row)
     for target in results["targets"]:
         print("%-4s %s: %s (target %s)" % ("MET" if target["met"] else "MISS", target["what"], target["value"], target["target"]))
 
