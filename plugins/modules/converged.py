@@ -112,9 +112,9 @@ import os
 import subprocess
 import typing as t
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 
 FORMAT = 1
 # Larger files are compared by size and modification time, not read (a check costs milliseconds).
@@ -194,13 +194,14 @@ def unit_values(units: t.List[str]) -> t.Dict[str, str]:
 
 
 def health_value(url: str) -> str:
+    """The service's answer, asked from the node itself (no proxy: the URL is the service's own address)."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return "healthy" if response.status == 200 else "unhealthy (HTTP %d)" % response.status
+        status = open_url(url, method="GET", timeout=5, follow_redirects="none", use_proxy=False).getcode()
     except urllib.error.HTTPError as error:
         return "unhealthy (HTTP %d)" % error.code
-    except (urllib.error.URLError, OSError) as error:
-        return "unhealthy (%s)" % getattr(error, "reason", error)
+    except Exception as error:  # refused, reset, timeout: any failure to answer
+        return "unhealthy (%s)" % (getattr(error, "reason", None) or error)
+    return "healthy" if status == 200 else "unhealthy (HTTP %d)" % status
 
 
 def debs_value(packages: t.List[str]) -> str:
