@@ -13,8 +13,8 @@ version_added: 0.2.0
 description:
   - Internal to the collection's C(site.yml); not an interface for other playbooks.
   - C(state=record), at the end of a run that provisioned the node and found its services healthy, writes what the run
-    left there to O(path): the digest of each role's settings and code (O(key)), and for each managed item (O(items))
-    what it is now -- a file's content, a directory's listing, a link's target, a unit's state, a service's health,
+    left there to O(path) -- the digest of each role's settings and code (O(key)), and for each managed item
+    (O(items)) what it is now, a file's content, a directory's listing, a link's target, a unit's state, a service's health,
     Debian packages' versions.
   - C(state=check) asks the node, in one call, whether every recorded item is still as recorded and the settings of this
     run are those of the record, on the same system (distribution, release, machine). Any difference is returned in
@@ -50,7 +50,8 @@ options:
     required: true
   items:
     description:
-      - C(state=record) only. Each a dict with C(role) (the role that would change it) and one of C(paths) (each a file:
+      - >-
+        C(state=record) only. Each a dict with C(role) (the role that would change it) and one of C(paths) (each a file:
         its sha256, or its size and modification time over 4 MiB; a directory: each file's size and modification time,
         C(__pycache__) left out; a link: its target; absent: C(absent); a glob pattern: each match), C(units) (systemd
         units: each one's active state, unit file state and whether it awaits a daemon-reload), C(health) (services, each
@@ -182,7 +183,7 @@ def unit_values(units: t.List[str]) -> t.Dict[str, str]:
                                 capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         return {unit: "unknown (%s)" % error for unit in units}
-    blocks = [block for block in result.stdout.strip().split("\n\n")]
+    blocks = result.stdout.strip().split("\n\n")
     values = {}
     for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
         props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
@@ -279,8 +280,9 @@ def system() -> str:
     try:
         with open("/etc/os-release", encoding="utf-8") as handle:
             for line in handle:
-                name, _, value = line.strip().partition("=")
-                release[name] = value.strip('"')
+                name, separator, value = line.strip().partition("=")
+                if separator:
+                    release[name] = value.strip('"')
     except OSError:
         pass
     return "%s %s %s" % (release.get("ID", "?"), release.get("VERSION_ID", "?"), os.uname().machine)
@@ -353,7 +355,7 @@ def main() -> None:
         argument_spec=dict(
             state=dict(type="str", choices=["check", "record"], default="check"),
             path=dict(type="path", default="/var/lib/inferops/converged.json"),
-            key=dict(type="dict", required=True),
+            key=dict(type="dict", required=True, no_log=False),
             items=dict(type="list", elements="dict", default=[]),
             report=dict(type="dict", default={}),
         ),
