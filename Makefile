@@ -38,7 +38,7 @@ help:
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
 	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
-	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, B300 and RTX PRO 6000 nodes (also in make test)"
+	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300 (also in make test)"
 	@echo "make lint | sanity | units | molecule    one part of make test"
 	@echo "make clean     make lab-down, then remove .venv and .build (the machine's lab images and compile cache stay: /var/cache/inferops-lab)"
 
@@ -144,13 +144,13 @@ lab-images: debs venv
 # the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
 # two nodes need once (molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
 # incident stack on SM 12.0, the current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo
-# (six models on the current stack on SM 12.0); stack_matrix (the four other (stack, GPU family) pairs), then the
-# scenarios that compile nothing.
+# (six models on the current stack on SM 12.0: that pair); stack_matrix (the three other (stack, GPU family) pairs), then
+# the scenarios that compile nothing.
 MOLECULE_LANES := "default" "zoo" "stack_matrix incident toolkit_apt flashinfer_strategies"
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
-# and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; stack_matrix the four other pairs (both stacks on SM
-# 12.1, the current one on SM 12.0, the incident's on SM 10.3). Alone:
+# and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; zoo the current one on SM 12.0; stack_matrix the
+# three other pairs (both stacks on SM 12.1 with Triton's attention, the incident's on SM 10.3). Alone:
 test-matrix: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name stack_matrix
 
