@@ -14,6 +14,9 @@ SANITY_TREE := $(BUILD)/sanity/ansible_collections/inferops/blackwell
 # pytest imports the collection through this link to the working tree.
 IMPORT_ROOT := $(BUILD)/import
 PIP_FOR_ANSIBLE_TEST := 24.2
+# Galaxy's importer, antsibull-docs and Sphinx (requirements/release.txt), apart from the test tools
+RELEASE_VENV := $(BUILD)/release-venv
+DIST := $(BUILD)/dist
 ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
 
 export PATH := $(BIN):$(PATH)
@@ -29,7 +32,7 @@ LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_STATE := $(or $(INFEROPS_LAB_STATE),$(BUILD)/lab)
 LAB_INVENTORY := inventories/lab
 
-.PHONY: test-suite test-role test-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: release-venv release-check docs-site test-suite test-role test-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -39,7 +42,8 @@ help:
 	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300 (also in make test)"
-	@echo "make lint | sanity | units | molecule    one part of make test"
+	@echo "make lint | sanity | units | molecule | release-check | docs-site    one part of make test"
+	@echo "make docs      the role READMEs and the README's role index from the argument specs, then the docs site (.build/docs/html)"
 	@echo "make clean     make lab-down, then remove .venv and .build (the machine's lab images and compile cache stay: /var/cache/inferops-lab)"
 
 venv: $(VENV)/.installed
@@ -79,13 +83,13 @@ test: $(if $(ROLE),test-role,test-suite)
 test-suite: debs venv link
 	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
-	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units > $(BUILD)/checks.log 2>&1 || rc=$$?; \
-	   echo "lint, sanity and unit tests: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
-	   echo "lint, sanity and unit tests (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun ))" > $(BUILD)/checks.time ) & checks=$$!; \
+	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
+	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
+	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun ))" > $(BUILD)/checks.time ) & checks=$$!; \
 	  lab=0; begun=$$(date +%s); $(MAKE) --no-print-directory lab-images || lab=$$?; \
 	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun ))"; \
 	  test $$lab -ne 0 || $(MAKE) --no-print-directory molecule || lab=$$?; \
-	  wait $$checks || true; echo "== lint, sanity and unit tests, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
+	  wait $$checks || true; echo "== lint, sanity, unit tests, Galaxy's importer and the docs site, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
 	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
 	  cpu=$$(( $$(tools/cpu-seconds) - cpu_before )); \
 	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
@@ -201,9 +205,32 @@ bench: debs venv link
 	$(LABCTL) mirror
 	$(BIN)/python molecule/lab/bench.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
 
-# Rewrite the README's role sections from roles/*/meta/argument_specs.yml.
+# The role READMEs and the README's role index from roles/*/meta/argument_specs.yml, then the docs site.
 docs: venv
 	$(BIN)/python tools/role_docs.py
+	$(MAKE) --no-print-directory docs-site
+
+release-venv: $(RELEASE_VENV)/.installed
+
+$(RELEASE_VENV)/.installed: requirements/release.txt requirements/release-constraints.txt
+	$(PYTHON) -m venv $(RELEASE_VENV)
+	$(RELEASE_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/release.txt -c requirements/release-constraints.txt
+	touch $@
+
+# The docs site (.build/docs/html): antsibull-docs' pages of every plugin and role, the README and the operator pages of
+# docs/ as the user guide (tools/docs_site.py); any Sphinx warning fails it.
+docs-site: release-venv link
+	PATH=$(RELEASE_VENV)/bin:$$PATH $(RELEASE_VENV)/bin/python tools/docs_site.py
+
+# The release tarball as Galaxy takes it: ansible-galaxy collection build, then Galaxy's own importer (galaxy-importer:
+# metadata, every plugin's and role's documentation through ansible-doc, ansible-lint), which must pass with no error or
+# warning.
+release-check: venv release-venv
+	rm -rf $(DIST); mkdir -p $(DIST)
+	$(BIN)/ansible-galaxy collection build --output-path $(DIST) .
+	cd $(DIST) && PATH=$(RELEASE_VENV)/bin:$$PATH $(RELEASE_VENV)/bin/python -m galaxy_importer.main inferops-blackwell-*.tar.gz > importer.log 2>&1 \
+	  || { cat importer.log; exit 1; }; cat importer.log
+	@! grep -E '(WARNING|ERROR)' $(DIST)/importer.log || { echo "release-check: Galaxy's importer warned (above)" >&2; exit 1; }
 
 # Rewrite the canned nvidia-smi output of the synthetic GPU profiles from the lab simulator.
 fixtures:

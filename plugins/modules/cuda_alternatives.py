@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: cuda_alternatives
 short_description: Register a CUDA toolkit with update-alternatives and keep /usr/local/cuda where the operator wants it
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Registers O(prefix) in the C(cuda) group (link C(/usr/local/cuda)) and the C(cuda-<major>) group (link
     C(/usr/local/cuda-<major>)) at O(priority), the way NVIDIA's packages do (priority 130 for 13.0).

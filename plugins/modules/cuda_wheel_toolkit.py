@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: cuda_wheel_toolkit
 short_description: Lay NVIDIA's CUDA wheels out as a complete toolkit at a prefix, atomically
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Turns NVIDIA's CUDA wheels from PyPI (or a mirror of it) into a toolkit at O(prefix), for example
     C(/usr/local/cuda-13.0), that compiles and links FlashInfer's JIT kernels the way a toolkit from NVIDIA's packages does.

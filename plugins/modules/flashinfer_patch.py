@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: flashinfer_patch
 short_description: Patch (or revert) FlashInfer's SM 12.x arch detection in a venv, for known releases only
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - FlashInfer 0.6.7 to 0.7.0 raise C(SM 12.x requires CUDA >= 12.9) while detecting the GPUs when the nvcc they resolve is
     older; the error is caught, the arch set stays empty, and the first JIT build fails with

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: Report a node's NVIDIA GPUs, their SM capabilities, and the CUDA toolkits that can serve them
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Reads C(nvidia-smi) and the CUDA toolkits installed on the node and sets the fact C(inferops_gpu).
   - For every GPU it reports the compute capability as integers, the C(sm_XY) name, the architecture family, the target

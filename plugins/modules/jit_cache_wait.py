@@ -8,8 +8,8 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: jit_cache_wait
-short_description: Wait for an asynchronous JIT warm-up, printing which module it builds, how many of how many, and for how long
-version_added: 0.3.0
+short_description: INTERNAL to the role jit_cache -- wait for an asynchronous JIT warm-up, printing which module it builds and for how long
+version_added: 0.2.0
 description:
   - Polls the asynchronous job of C(inferops-flashinfer warm) (started with C(async) and C(poll=0)) and the progress
     file the warm-up keeps beside the cache, and prints one line per host when the warm-up moves to another module, and

@@ -25,6 +25,8 @@ SIMULATOR = os.path.join(ROOT, "molecule", "lab", "gpu", "nvidia-smi")
 PROFILES = os.path.join(ROOT, "molecule", "lab", "gpu", "profiles")
 # The venv running pytest has ansible-core's commands beside its python.
 BIN = os.path.dirname(sys.executable)
+with open(os.path.join(ROOT, "galaxy.yml")) as _galaxy:
+    VERSION = re.search(r"(?m)^version: (\S+)$", _galaxy.read()).group(1)  # type: ignore[union-attr]
 
 
 def run(command: t.List[str], env: t.Dict[str, str], cwd: str = ROOT) -> str:
@@ -41,7 +43,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> t.Dict[str, t.Any]:
     env = {"PATH": BIN + ":/usr/bin:/bin", "HOME": str(tmp), "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections"),
            "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
     run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp)], env)
-    tarball = tmp / "inferops-blackwell-0.1.0.tar.gz"
+    tarball = tmp / ("inferops-blackwell-%s.tar.gz" % VERSION)
     run(["ansible-galaxy", "collection", "install", "--offline", "-p", str(tmp / "collections"), str(tarball)], env)
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
@@ -75,6 +77,64 @@ def test_artifact_leaves_tests_and_lab_out(installed: t.Dict[str, t.Any]) -> Non
     assert "playbooks/facts.yml" in names
     assert "meta/runtime.yml" in names
     assert not [name for name in names if name.startswith(("tests", "molecule", ".ci", ".venv", ".build"))]
+    # an operator's release: the license, the changelog, a README per role (Galaxy's importer requires one); not the lab's
+    # inventory, unreleased changelog fragments, or the lab, development and test-suite pages
+    assert {"LICENSE", "CHANGELOG.rst", "changelogs/changelog.yaml", "inventories/production.example/hosts.yml"} <= set(names)
+    assert {"roles/%s/README.md" % role for role in os.listdir(os.path.join(ROOT, "roles"))} <= set(names)
+    assert not [name for name in names if name.startswith(("inventories/lab", "changelogs/fragments", "docs/lab.md", "docs/development.md",
+                                                             "docs/testing.md", "docs/site", "tools", "Makefile", "."))]
+
+
+def test_installed_documentation_and_playbooks(installed: t.Dict[str, t.Any]) -> None:
+    """ansible-doc of every module, filter and role of the installed tarball, and the three playbooks' syntax, run clean:
+    no warning, no error."""
+    env, tmp = installed["env"], installed["tmp"]
+    for kind, directory, suffix in (("module", "plugins/modules", ".py"), ("filter", "plugins/filter", ".yml"), ("role", "roles", "")):
+        names = sorted(name[: len(name) - len(suffix)] for name in os.listdir(os.path.join(ROOT, directory))
+                       if name.endswith(suffix) and not name.startswith("_"))
+        assert names, kind
+        for name in names:
+            done = subprocess.run([os.path.join(BIN, "ansible-doc"), "-t", kind, "inferops.blackwell." + name], env=env,
+                                  cwd=str(tmp), capture_output=True, text=True, check=False)
+            assert done.returncode == 0 and done.stderr.strip() == "", "%s %s: %s" % (kind, name, done.stderr)
+            assert "inferops.blackwell." + name in done.stdout
+    inventory = tmp / "syntax-inventory.ini"
+    inventory.write_text("[sglang_nodes]\nnode-1\n")
+    for playbook in ("site", "remediate", "facts"):
+        done = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "--syntax-check", "inferops.blackwell." + playbook],
+                              env=env, cwd=str(tmp), capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and "WARNING" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("playbook", ["site", "remediate"])
+def test_installed_playbook_refuses_an_inventory_without_its_nodes(installed: t.Dict[str, t.Any], playbook: str) -> None:
+    """Against an inventory where site_hosts (remediate_hosts) matches nothing, the playbook fails with one message that
+    names the variable and the inventory's groups, in check mode too, and writes nothing on the controller."""
+    tmp = installed["tmp"] / ("empty-" + playbook)
+    tmp.mkdir()
+    inventory = tmp / "inventory.ini"
+    inventory.write_text("[gpu_a]\nnode-a ansible_connection=local\n[gpu_b]\nnode-b ansible_connection=local\n")
+    for extra in ([], ["--check"]):
+        done = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "inferops.blackwell." + playbook, *extra],
+                              env=installed["env"], cwd=str(tmp), capture_output=True, text=True, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert "%s.yml: %s_hosts (sglang_nodes) matches no host of this inventory (its groups: gpu_a, gpu_b)" % (playbook, playbook) in out, out
+        assert "WARNING" not in out and "skipping: no hosts matched" not in out, out
+    assert sorted(path.name for path in tmp.iterdir()) == ["inventory.ini"]
+
+
+def test_installed_playbooks_write_nothing_on_the_controller_in_check_mode(installed: t.Dict[str, t.Any]) -> None:
+    """remediate.yml and facts.yml with --check: the summary and the table are printed, no report is written."""
+    tmp = installed["tmp"] / "check-mode"
+    tmp.mkdir()
+    inventory = tmp / "inventory.ini"
+    inventory.write_text("[sglang_nodes]\ncpu-1 ansible_connection=local ansible_python_interpreter=%s/python ansible_become=false\n" % BIN)
+    remediate = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.remediate", "--check"], installed["env"], cwd=str(tmp))
+    assert "cpu-1: skipped (no GPU)" in remediate, remediate
+    facts = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.facts", "--check"], installed["env"], cwd=str(tmp))
+    assert re.search(r"cpu-1\s+no GPU", facts), facts
+    assert sorted(path.name for path in tmp.iterdir()) == ["inventory.ini"]
 
 
 def test_installed_module_on_a_machine_without_gpus(installed: t.Dict[str, t.Any]) -> None:

@@ -88,6 +88,23 @@ def test_readme_role_sections_are_generated_from_argument_specs() -> None:
     assert role_docs.rewrite(readme) == readme, "README.md role sections are stale: run `make docs`"
 
 
+@pytest.mark.parametrize("role", ROLES)
+def test_role_readme_is_generated_from_its_argument_spec(role: str) -> None:
+    """Galaxy's importer requires a README per role; it is role_docs.py's rendering of the role's argument spec."""
+    path = os.path.join(ROOT, "roles", role, "README.md")
+    assert os.path.exists(path), "roles/%s/README.md is missing: run `make docs`" % role
+    with open(path) as handle:
+        assert handle.read() == role_docs.role_readme(role), "roles/%s/README.md is stale: run `make docs`" % role
+
+
+def test_role_readme_names_every_entry_point_and_variable() -> None:
+    readme = role_docs.role_readme("sglang_service")
+    assert readme.splitlines()[2] == "# inferops.blackwell.sglang_service"
+    for entry in ("main", "validate", "configure", "start", "diagnose"):
+        assert "- `%s`: " % entry in readme
+    assert "| `sglang_service_active` |" in readme
+
+
 def test_rendered_section_lists_every_variable() -> None:
     section: t.List[str] = role_docs.render_role("cuda_env").splitlines()
     assert section[0] == "### inferops.blackwell.cuda_env"
