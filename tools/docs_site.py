@@ -51,7 +51,7 @@ def relink(page: str, text: str, repository: str) -> str:
         target = match.group(1)
         if re.match(r"^[a-z]+:|^#", target):
             return match.group(0)
-        path, _, anchor = target.partition("#")
+        path, anchor = (target.split("#", 1) + [""])[:2]
         resolved = os.path.normpath(os.path.join(here, path))
         if resolved in GUIDE:
             return match.group(0)
