@@ -76,9 +76,9 @@ def plain(text: t.Any) -> str:
     return to_md(paragraphs, formatter=ReadmeFormatter(), par_sep=" ").replace("\n", " ")
 
 
-def render_role(role: str, level: int = 3) -> str:
+def render_role(role: str) -> str:
     spec = load(role, "meta/argument_specs.yml")["argument_specs"]["main"]
-    lines = ["%s inferops.blackwell.%s" % ("#" * level, role), "", plain(spec.get("short_description", "")) + ".", ""]
+    lines = ["# inferops.blackwell.%s" % role, "", plain(spec.get("short_description", "")) + ".", ""]
     for paragraph in spec.get("description", []):
         lines.append("- " + plain(paragraph))
     lines += ["", "| variable | type | default | description |", "|---|---|---|---|"]
@@ -110,7 +110,7 @@ def role_readme(role: str) -> str:
     prints, from the same argument spec."""
     entry_points = load(role, "meta/argument_specs.yml")["argument_specs"]
     others = ["- `%s`: %s." % (name, plain(spec.get("short_description", ""))) for name, spec in entry_points.items() if name != "main"]
-    lines = [GENERATED, "", render_role(role, level=1).rstrip("\n"), "", "## Entry points", "",
+    lines = [GENERATED, "", render_role(role).rstrip("\n"), "", "## Entry points", "",
              "- `main`: the role as `site.yml` applies it.", *others, "",
              "`ansible-doc -t role inferops.blackwell.%s` prints the same from the installed collection. Where the role sits in"
              " `playbooks/site.yml`, and what it does on a node: the collection's README and `docs/roles.md`." % role, "",

@@ -107,7 +107,7 @@ def test_role_readme_names_every_entry_point_and_variable() -> None:
 
 def test_rendered_section_lists_every_variable() -> None:
     section: t.List[str] = role_docs.render_role("cuda_env").splitlines()
-    assert section[0] == "### inferops.blackwell.cuda_env"
+    assert section[0] == "# inferops.blackwell.cuda_env"
     assert any(line.startswith("| `cuda_env_cuda_home` | path | `/usr/local/cuda-13.0` |") for line in section)
 
 
