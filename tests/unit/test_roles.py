@@ -237,3 +237,68 @@ def test_the_services_settings_leave_sglang_s_choices_to_sglang() -> None:
     for service in ("sglang_service_ar", "sglang_service_spec"):
         assert options[service]["options"]["attention_backend"]["type"] == "str"
         assert [name for name, option in options[service]["options"].items() if "choices" in option] == [], service
+
+
+
+JINJA = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+BARE = ("when", "that", "until", "changed_when", "failed_when", "loop")
+LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+# a name read: not an attribute (.x), not a subscript's key (['x']), not inside a string literal
+READ = re.compile(r"(?<![\w.\]'\"])(_?[a-z][a-z0-9]*(?:_[a-z0-9]+)+)")
+
+
+def expressions(node: t.Any, key: str = "") -> t.Iterator[str]:
+    """The Jinja a role's YAML evaluates: what is inside {{ }} and {% %}, and the bare conditions and loops."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from expressions(value, str(name))
+    elif isinstance(node, list):
+        for value in node:
+            yield from expressions(value, key)
+    elif isinstance(node, str):
+        if key in BARE and "{{" not in node:
+            yield node
+        for match in JINJA.finditer(node):
+            yield match.group(1) or match.group(2)
+
+
+def names_read(base: str) -> t.Set[str]:
+    """The variable names a role's tasks, handlers, vars and templates read, string literals left out (a message's
+    'cuda_env_cuda_home=' is text, not a read) and attributes and keys too (a fact's ['flashinfer_arch_list'], a
+    filter's inferops.blackwell.flashinfer_arch_check)."""
+    found: t.Set[str] = set()
+    for folder in ("tasks", "handlers", "vars", "templates"):
+        for directory, _, files in os.walk(os.path.join(base, folder)):
+            for name in files:
+                with open(os.path.join(directory, name)) as handle:
+                    text = handle.read()
+                chunks = [a or b for a, b in JINJA.findall(text)] if name.endswith(".j2") else list(expressions(yaml.safe_load(text)))
+                for chunk in chunks:
+                    found.update(READ.findall(LITERAL.sub("''", chunk)))
+    return found
+
+
+def foreign_reads(role: str, base: str) -> t.List[str]:
+    others = [other for other in ROLES if other != role]
+    return sorted(name for name in names_read(base)
+                  if any(name.startswith(other + "_") or name.startswith("_" + other + "_") for other in others)
+                  and not (name.startswith("inferops_") and role != "inferops"))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_role_reads_another_role_s_variables_or_facts(role: str) -> None:
+    """Issue 33: what a role needs of another arrives as its documented input (a playbook passes the other's published
+    fact, as site.yml does); the only shared names are the common role's public inferops_* inputs and facts."""
+    assert foreign_reads(role, os.path.join(ROOT, "roles", role)) == []
+
+
+def test_the_reads_check_finds_what_this_issue_removed(tmp_path: t.Any) -> None:
+    """The check above is not blind: sglang_service's old reads of cuda_env's fact and cuda_env's of cuda_toolkit's are
+    found; a message's text, a fact's key and a filter's name are not."""
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "vars" / "main.yml").write_text(
+        "_x_pinned: \"{{ (cuda_env_result.vars | default({})).keys() | list }}\"\n"
+        "_x_msg: \"{{ 'cuda_env_cuda_home=' ~ f['flashinfer_arch_list'] | inferops.blackwell.flashinfer_arch_check }}\"\n")
+    (tmp_path / "tasks" / "main.yml").write_text("- ansible.builtin.debug:\n    msg: x\n  when: cuda_toolkit_planned is defined\n")
+    assert foreign_reads("sglang_service", str(tmp_path)) == ["cuda_env_result", "cuda_toolkit_planned"]
