@@ -239,7 +239,6 @@ def test_the_services_settings_leave_sglang_s_choices_to_sglang() -> None:
         assert [name for name, option in options[service]["options"].items() if "choices" in option] == [], service
 
 
-
 JINJA = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 BARE = ("when", "that", "until", "changed_when", "failed_when", "loop")
 LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
@@ -268,7 +267,7 @@ def names_read(base: str) -> t.Set[str]:
     filter's inferops.blackwell.flashinfer_arch_check)."""
     found: t.Set[str] = set()
     for folder in ("tasks", "handlers", "vars", "templates"):
-        for directory, _, files in os.walk(os.path.join(base, folder)):
+        for directory, _subdirs, files in os.walk(os.path.join(base, folder)):
             for name in files:
                 with open(os.path.join(directory, name)) as handle:
                     text = handle.read()
