@@ -93,7 +93,7 @@ test-suite: debs venv link
 	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
 	  cpu=$$(( $$(tools/cpu-seconds) - cpu_before )); \
 	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
-	    echo "   machine CPU: $$cpu core-seconds, $$(( cpu * 100 / (wall * $$(nproc)) )) % of $$(nproc) cores"; \
+	    echo "   machine CPU: $$cpu core-seconds, $$(( cpu * 100 / (wall * $$(nproc)) )) % of $$(nproc) cores ($$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1))"; \
 	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
 	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; \
 	    echo "   lab nodes' CPU (everything in the node, from its cgroup): $$(tools/node-cpu $(LAB_STATE)/node-cpu.jsonl)"; \
