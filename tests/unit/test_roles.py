@@ -262,11 +262,11 @@ def expressions(node: t.Any, key: str = "") -> t.Iterator[str]:
 
 
 def names_read(base: str) -> t.Set[str]:
-    """The variable names a role's tasks, handlers, vars and templates read, string literals left out (a message's
+    """The variable names a role's tasks, handlers, vars, defaults and templates read, string literals left out (a message's
     'cuda_env_cuda_home=' is text, not a read) and attributes and keys too (a fact's ['flashinfer_arch_list'], a
     filter's inferops.blackwell.flashinfer_arch_check)."""
     found: t.Set[str] = set()
-    for folder in ("tasks", "handlers", "vars", "templates"):
+    for folder in ("tasks", "handlers", "vars", "defaults", "templates"):
         for directory, _subdirs, files in os.walk(os.path.join(base, folder)):
             for name in files:
                 with open(os.path.join(directory, name)) as handle:
