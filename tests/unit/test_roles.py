@@ -140,16 +140,21 @@ def test_flashinfer_known_hashes_are_the_releases_the_docs_name() -> None:
     each with one sha256 (64 lower-case hex digits)."""
     with open(os.path.join(ROOT, "roles", "flashinfer", "vars", "main.yml")) as handle:
         known = yaml.safe_load(handle)["_flashinfer_pip_known_hashes"]
-    releases = [pin.split("==", 1)[1] for pin in known]
-    assert all(pin.startswith("flashinfer-python==") for pin in known)
+    releases = [pin.split("==", 1)[1] for pin in known if pin.startswith("flashinfer-python==")]
+    cubins = [pin.split("==", 1)[1] for pin in known if pin.startswith("flashinfer-cubin==")]
+    assert len(releases) + len(cubins) == len(known) and releases and cubins
     assert all(len(digests) == 1 and re.fullmatch("[0-9a-f]{64}", digests[0]) for digests in known.values())
     spec = role_docs.load("flashinfer", "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
     described = " ".join(spec["flashinfer_pip_hashes"]["description"])
-    named = re.search(r"knows, of flashinfer-python ([0-9a-z., ]+?) \(", described)
+    named = re.search(r"knows, of flashinfer-python ([0-9a-z., ]+?) \(.*?\), and of flashinfer-cubin ([0-9a-z., ]+?)[.] ", described)
     assert named, described
     assert re.split(r", and |, | and ", named.group(1)) == releases
+    assert re.split(r", and |, | and ", named.group(2)) == cubins
+    cubin_named = re.search(r"knows the sha256 of the wheels of ([0-9a-z., ]+?) \(", " ".join(spec["flashinfer_cubin"]["description"]))
+    assert cubin_named and re.split(r", and |, | and ", cubin_named.group(1)) == cubins
     with open(os.path.join(ROOT, "roles", "flashinfer", "defaults", "main.yml")) as handle:
-        assert "flashinfer-python %s)" % ", ".join(releases) in handle.read()
+        defaults = handle.read()
+    assert "flashinfer-python %s)" % ", ".join(releases) in defaults and "(known: %s;" % ", ".join(cubins) in defaults
 
 
 def tags_in(node: t.Any) -> t.Iterator[str]:

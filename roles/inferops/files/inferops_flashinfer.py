@@ -129,7 +129,7 @@ def inner(config: t.Dict[str, t.Any], action: str) -> t.Dict[str, t.Any]:
     if not os.access(python, os.X_OK):
         return {"error": "no Python at %s: check the SGLang venv path (inferops_sglang_venv)" % python}
     request = {"modules": config["modules"], "derive": bool(config.get("derive", True)),
-               "sglang_configs": config.get("sglang_config_files") or sglang_configs(config)}
+               "sglang_configs": config.get("sglang_config_files") or sglang_configs(config), "cubins": bool(config.get("cubins"))}
     pinned = read_env_file(config["env_file"])
     done = subprocess.run([python, os.path.abspath(venv_side.__file__), action, json.dumps(request)],
                           env=service_env(config, pinned), capture_output=True, text=True, check=False)
@@ -202,8 +202,11 @@ def diagnose(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.T
     problems = tool_problems(config)
     env_file = config["env_file"]
     if view.get("error") and not view.get("archs"):
-        problems.append(("flashinfer_error", "FlashInfer cannot start in the services' environment: %s. Fix: re-run the "
-                         "inferops.blackwell site playbook (cuda_env, flashinfer)." % view["error"]))
+        fix = ("install flashinfer-cubin of FlashInfer's own release (flashinfer_cubin: true), or uninstall it and use "
+               "FLASHINFER_CUBIN_DIR" if "flashinfer-cubin" in str(view["error"]) else
+               "re-run the inferops.blackwell site playbook (cuda_env, flashinfer)")
+        problems.append(("flashinfer_error", "FlashInfer cannot start in the services' environment: %s. Fix: %s." % (
+            view["error"], fix)))
         return problems
     expected = sorted(config.get("expected_archs", "").split())
     if not view.get("archs"):
@@ -219,6 +222,7 @@ def diagnose(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.T
                          "(cuda_env, cuda_toolkit)." % (view.get("cuda_version"), view.get("cuda_home"), config["min_cuda"],
                                                         env_file)))
     problems.extend(coverage_problems(config, view))
+    problems.extend(cubin_problems(config, view))
     stale = ["%s (%s)" % (module["name"], module["out_of_date"]) for module in view.get("modules", []) if module.get("out_of_date")]
     if stale:
         problems.append(("modules_stale", "JIT modules ninja would rebuild at their first load, as their sources, headers or "
@@ -236,6 +240,25 @@ def diagnose(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.T
     return problems
 
 
+def cubin_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+    """FlashInfer's trtllm-gen kernel set (SGLang's trtllm_mha attention on SM 10.x loads it at its first request): one
+    that was provided (flashinfer-cubin in the venv, FLASHINFER_CUBIN_DIR, or flashinfer_cubin asked for) must be
+    FlashInfer's own for this release, whole and unaltered. Without one, nothing is refused here: the preflight's note
+    says so (an air-gapped node fails at its first request; a connected one downloads the set then)."""
+    cubins = view.get("trtllm_cubins")
+    if not cubins or cubins.get("verified"):
+        return []
+    provided = cubins.get("source") != "download cache"
+    if not provided and not config.get("cubins"):
+        return []
+    where = "from %s at %s" % (cubins.get("source"), cubins.get("dir")) if provided else "at %s" % cubins.get("dir")
+    return [("trtllm_cubins", "FlashInfer %s's trtllm-gen kernel set %s (%s) is %s. Fix: install flashinfer-cubin of this "
+             "very release from the mirror (flashinfer_cubin: true, by sha256), or point FLASHINFER_CUBIN_DIR (cuda_env_extra) "
+             "at a set that `python -m flashinfer download-cubin` of this release wrote on a connected host%s." % (
+                 view.get("flashinfer_version"), where, cubins.get("set"), cubins.get("problem"),
+                 "; then re-run the inferops.blackwell site playbook" if provided else ""))]
+
+
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     """Causes and fixes; empty when the services would start."""
     return [text for _cause, text in diagnose(config, view)]
@@ -244,7 +267,7 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
 # Readiness for a fleet's dashboards: the preflight's verdict in node_exporter's text format (its textfile collector
 # reads every *.prom file of one directory). Causes are fixed words, so an alert can group by them.
 CAUSES = ("no_ninja", "no_python", "flashinfer_error", "no_arch", "arch_mismatch", "cuda_too_old", "not_warmed",
-          "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed")
+          "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed", "trtllm_cubins")
 
 
 def label_value(text: t.Any) -> str:
@@ -565,6 +588,11 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     print("inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s" % (
         view.get("flashinfer_version"), " ".join(view["archs"]), view.get("cuda_version"), view.get("cuda_home"),
         len(view.get("modules", [])), view.get("workspace")))
+    cubins = view.get("trtllm_cubins") or {}
+    if cubins.get("verified"):
+        print("inferops-flashinfer check: ok: FlashInfer's trtllm-gen kernel set %s from %s at %s, %d files as its "
+              "checksums.txt lists%s" % (cubins.get("set"), cubins.get("source"), cubins.get("dir"), cubins.get("files", 0),
+                                         "" if cubins.get("used") else " (no service uses trtllm_mha)"))
     for note in not_warmed(view):
         print("inferops-flashinfer check: not warmed: " + note)
     return 0

@@ -232,9 +232,11 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
                                            "Triton compiles them for the GPU at their first launch (TRITON_CACHE_DIR); not "
                                            "built ahead here" % ", ".join(entry["triton_kernels"]))
         if "trtllm_mha" in backends:
-            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's trtllm-gen kernels (the fmha_gen module and the kernel "
-                                       "binaries FlashInfer downloads at run time, or flashinfer-cubin / FLASHINFER_CUBIN_DIR) "
-                                       "are not warmed by these roles; an air-gapped node fails at its first request")
+            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's fmha_gen module is built, and its trtllm-gen kernel "
+                                       "binaries read, at the first request; the binaries come from the set the preflight checks "
+                                       "(flashinfer-cubin of this release, flashinfer_cubin: true; or FLASHINFER_CUBIN_DIR in "
+                                       "cuda_env_extra), else FlashInfer downloads them then: an air-gapped node without a set "
+                                       "fails at its first request")
         others = sorted(str(b) for b in backends if b not in planner.FLASHINFER_BACKENDS + ("trtllm_mha",))
         if others:
             entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
@@ -367,6 +369,66 @@ def parse_configs(paths: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
     return parsed
 
 
+def trtllm_cubins() -> t.Dict[str, t.Any]:
+    """FlashInfer's trtllm-gen FMHA kernel set (the binaries SGLang's trtllm_mha attention loads at its first request on
+    SM 10.x), where this FlashInfer release will look for it, checked against what its source pins: the directory is
+    FlashInfer's own choice (jit/env.py: an installed flashinfer-cubin, whose release must be FlashInfer's, else
+    FLASHINFER_CUBIN_DIR, else its download cache), the set's path and the sha256 of its checksums.txt are the release's
+    artifacts.ArtifactPath / CheckSumHash, and every file checksums.txt lists must hash to its line (what FlashInfer's
+    cubin loader checks at each load, downloading anything that does not match). Nothing is downloaded here."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from flashinfer import artifacts
+    from flashinfer.jit import env as jit_env
+
+    root = str(jit_env.FLASHINFER_CUBIN_DIR)
+    subdir = artifacts.ArtifactPath.TRTLLM_GEN_FMHA
+    expected = artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+    # which of its sources FlashInfer took (the order differs between releases: 0.6.x prefers the package, 0.7.x the variable)
+    source = "download cache"
+    if os.environ.get("FLASHINFER_CUBIN_DIR") and os.path.realpath(os.environ["FLASHINFER_CUBIN_DIR"]) == os.path.realpath(root):
+        source = "FLASHINFER_CUBIN_DIR"
+    if jit_env.has_flashinfer_cubin():
+        import flashinfer_cubin
+
+        if os.path.realpath(flashinfer_cubin.get_cubin_dir()) == os.path.realpath(root):
+            source = "flashinfer-cubin %s" % release("flashinfer-cubin")
+    found: t.Dict[str, t.Any] = {"dir": root, "set": subdir, "source": source, "checksums_sha256": expected,
+                                 "files": 0, "verified": False, "problem": None,
+                                 "no_download": bool(os.environ.get("FLASHINFER_NO_DOWNLOAD"))}
+    manifest = os.path.join(root, subdir, "checksums.txt")
+    try:
+        with open(manifest, "rb") as handle:
+            listing = handle.read()
+    except OSError:
+        found["problem"] = "missing: no %s" % manifest
+        return found
+    if hashlib.sha256(listing).hexdigest() != expected:
+        found["problem"] = ("foreign: %s is not the one FlashInfer %s pins (sha256 %s): the set of another release, or "
+                            "altered" % (manifest, release("flashinfer-python"), expected))
+        return found
+    absent, altered = [], []
+    for line in listing.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            continue
+        sha256, name = line.split()
+        path = os.path.join(root, subdir, name)
+        if not os.path.isfile(path):
+            absent.append(name)
+            continue
+        found["files"] += 1
+        if digest(path) != sha256:
+            altered.append(name)
+    if altered:
+        found["problem"] = "tampered: %d file(s) whose sha256 is not the one checksums.txt lists, e.g. %s" % (
+            len(altered), os.path.join(root, subdir, altered[0]))
+    elif absent:
+        found["problem"] = "incomplete: %d of the %d files checksums.txt lists are absent, e.g. %s" % (
+            len(absent), len(absent) + found["files"], os.path.join(root, subdir, absent[0]))
+    else:
+        found["verified"] = True
+    return found
+
+
 def write_json(path: str, data: t.Any, **options: t.Any) -> None:
     """data as JSON at path, whole or not at all."""
     with open(path + ".tmp", "w") as handle:
@@ -434,6 +496,11 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
                 pass
     elif previous is not None:
         out["derived"] = previous.get("derived")
+    trtllm = any("trtllm_mha" in entry.get("attention_backends", [])
+                 for entry in ((out["derived"] or {}).get("configs") or {}).values())
+    if trtllm or args.get("cubins") or release("flashinfer-cubin") or os.environ.get("FLASHINFER_CUBIN_DIR"):
+        # the services' trtllm_mha attention loads these at run time; a set that is there is checked whoever asked
+        out["trtllm_cubins"] = dict(trtllm_cubins(), used=trtllm)
     seen: t.Set[str] = set()
     planned = []
 

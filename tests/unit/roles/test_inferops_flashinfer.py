@@ -310,3 +310,33 @@ def test_the_view_carries_the_environment_file_as_read(node: t.Dict[str, t.Any],
     assert view["archs"] == ["12.0f"]
     assert view["pinned"] == tool.read_env_file(node["env_file"])
     assert view["pinned"]["FLASHINFER_WORKSPACE_BASE"] == "/var/lib/sglang" == seen["FLASHINFER_WORKSPACE_BASE"]
+
+
+CUBINS = {"dir": "/srv/cubins/0.6.12", "set": "158f6fa/fmha/trtllm-gen/", "source": "FLASHINFER_CUBIN_DIR", "files": 2,
+          "verified": True, "problem": None, "used": True}
+
+
+def test_a_verified_kernel_set_passes(node: t.Dict[str, t.Any]) -> None:
+    assert tool.check(node, dict(GOOD, trtllm_cubins=CUBINS)) == []
+
+
+def test_a_provided_kernel_set_that_fails_the_check_is_refused_with_both_fixes(node: t.Dict[str, t.Any]) -> None:
+    for source in ("FLASHINFER_CUBIN_DIR", "flashinfer-cubin 0.6.12"):
+        view = dict(GOOD, trtllm_cubins=dict(CUBINS, source=source, verified=False, problem="tampered: 1 file(s) ..."))
+        problems = tool.diagnose(node, view)
+        assert [cause for cause, _text in problems] == ["trtllm_cubins"]
+        assert "from %s at /srv/cubins/0.6.12" % source in problems[0][1] and "tampered" in problems[0][1]
+        assert "flashinfer_cubin: true" in problems[0][1] and "FLASHINFER_CUBIN_DIR (cuda_env_extra)" in problems[0][1]
+
+
+def test_no_kernel_set_is_a_note_unless_one_was_asked_for(node: t.Dict[str, t.Any]) -> None:
+    view = dict(GOOD, trtllm_cubins=dict(CUBINS, source="download cache", verified=False, problem="missing: no ..."))
+    assert tool.check(node, view) == []
+    assert [cause for cause, _text in tool.diagnose(dict(node, cubins=True), view)] == ["trtllm_cubins"]
+
+
+def test_a_kernel_set_of_another_release_names_flashinfer_cubin(node: t.Dict[str, t.Any]) -> None:
+    view = dict(GOOD, archs=[], error="RuntimeError: flashinfer-cubin version (0.6.13) does not match flashinfer version (0.6.12).")
+    problems = tool.diagnose(node, view)
+    assert [cause for cause, _text in problems] == ["flashinfer_error"]
+    assert "does not match" in problems[0][1] and "flashinfer_cubin: true" in problems[0][1]

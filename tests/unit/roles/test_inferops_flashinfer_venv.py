@@ -161,3 +161,67 @@ def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(
     assert last.startswith(side.MARKER)
     result = json.loads(last[len(side.MARKER):])
     assert result["parsed"] == {} and "sglang" in result["error"]
+
+
+SET = "158f6fa11ef139a098cfddcdddce73ca99d164ad/fmha/trtllm-gen/"
+
+
+@pytest.fixture(name="cubin_set")
+def fixture_cubin_set(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Dict[str, t.Any]:
+    """A kernel set laid out as FlashInfer's artifacts name it (two files and their checksums.txt), and stand-ins for the
+    two FlashInfer modules trtllm_cubins reads: artifacts (the set's path and its checksums.txt's pinned sha256) and
+    jit.env (the directory FlashInfer chose). The real modules, with the real flashinfer-cubin wheels, are in
+    docs/testing.md's figures; here only what the tool concludes from them."""
+    import hashlib
+
+    root = tmp_path / "cubins"
+    directory = root / SET
+    (directory / "include").mkdir(parents=True)
+    files = {"fmhaSm100aKernel_A.cubin": b"kernel a", "include/flashInferMetaInfo.h": b"// meta"}
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    listing = "".join("%s  %s\n" % (hashlib.sha256(data).hexdigest(), name) for name, data in files.items()).encode()
+    (directory / "checksums.txt").write_bytes(listing)
+    artifacts = types.SimpleNamespace(ArtifactPath=types.SimpleNamespace(TRTLLM_GEN_FMHA=SET),
+                                      CheckSumHash=types.SimpleNamespace(TRTLLM_GEN_FMHA=hashlib.sha256(listing).hexdigest()))
+    env = types.SimpleNamespace(FLASHINFER_CUBIN_DIR=root, has_flashinfer_cubin=lambda: False)
+    package = types.ModuleType("flashinfer")
+    package.artifacts = artifacts  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashinfer", package)
+    monkeypatch.setitem(sys.modules, "flashinfer.artifacts", artifacts)
+    monkeypatch.setitem(sys.modules, "flashinfer.jit", types.SimpleNamespace(env=env))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit.env", env)
+    monkeypatch.setenv("FLASHINFER_CUBIN_DIR", str(root))
+    return {"root": root, "dir": directory, "artifacts": artifacts, "env": env}
+
+
+def test_a_whole_kernel_set_is_verified_where_flashinfer_looks(cubin_set: t.Dict[str, t.Any]) -> None:
+    found = side.trtllm_cubins()
+    assert found["verified"] and found["problem"] is None
+    assert (found["dir"], found["set"], found["source"], found["files"]) == (str(cubin_set["root"]), SET, "FLASHINFER_CUBIN_DIR", 2)
+
+
+def test_an_altered_file_is_named(cubin_set: t.Dict[str, t.Any]) -> None:
+    (cubin_set["dir"] / "fmhaSm100aKernel_A.cubin").write_bytes(b"kernel b")
+    found = side.trtllm_cubins()
+    assert not found["verified"]
+    assert found["problem"].startswith("tampered: 1 file(s)") and found["problem"].endswith("fmhaSm100aKernel_A.cubin")
+
+
+def test_an_absent_file_is_named(cubin_set: t.Dict[str, t.Any]) -> None:
+    (cubin_set["dir"] / "include" / "flashInferMetaInfo.h").unlink()
+    found = side.trtllm_cubins()
+    assert not found["verified"] and found["problem"].startswith("incomplete: 1 of the 2 files")
+
+
+def test_a_set_whose_checksums_the_release_does_not_pin_is_foreign(cubin_set: t.Dict[str, t.Any]) -> None:
+    cubin_set["artifacts"].CheckSumHash.TRTLLM_GEN_FMHA = "0" * 64  # another release's pin
+    found = side.trtllm_cubins()
+    assert not found["verified"] and found["problem"].startswith("foreign: ") and "0" * 64 in found["problem"]
+
+
+def test_no_set_where_flashinfer_looks_is_missing(cubin_set: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLASHINFER_CUBIN_DIR")
+    cubin_set["env"].FLASHINFER_CUBIN_DIR = cubin_set["root"] / "elsewhere"
+    found = side.trtllm_cubins()
+    assert not found["verified"] and found["source"] == "download cache" and found["problem"].startswith("missing: no ")
