@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -6,7 +5,7 @@
 0.6.12 and its flashinfer-cubin wheel (and 0.6.13's wheel), in a scratch venv on this machine, with the sha256 the
 flashinfer role knows. Not part of make test (the wheels are 450 MB each; the lab has no 0.6.12 stack yet); run by hand:
 
-    tools/cubin-sets [DIR]      (default: a new directory under /var/tmp; about 2 GB)
+    .venv/bin/python tools/cubin_sets.py [DIR]   (default: a new directory under /var/tmp; about 2 GB)
 
 Cases, each with the outcome expected from FlashInfer's own code and pins:
   whole      flashinfer-cubin 0.6.12 installed by hash            -> verified (source: the package)
