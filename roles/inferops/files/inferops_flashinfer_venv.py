@@ -498,8 +498,9 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
         out["derived"] = previous.get("derived")
     trtllm = any("trtllm_mha" in entry.get("attention_backends", [])
                  for entry in ((out["derived"] or {}).get("configs") or {}).values())
-    if trtllm or args.get("cubins") or release("flashinfer-cubin") or os.environ.get("FLASHINFER_CUBIN_DIR"):
-        # the services' trtllm_mha attention loads these at run time; a set that is there is checked whoever asked
+    if action != "warm" and (trtllm or args.get("cubins") or release("flashinfer-cubin") or os.environ.get("FLASHINFER_CUBIN_DIR")):
+        # the services' trtllm_mha attention loads these at run time; a set that is there is checked whoever asked (by the
+        # probe, the plan and the check: a warm-up builds modules and needs no verdict on the set)
         out["trtllm_cubins"] = dict(trtllm_cubins(), used=trtllm)
     seen: t.Set[str] = set()
     planned = []
