@@ -17,6 +17,7 @@ Test equipment: runs in the H200 harness only, with sgl_kernel answered by an im
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -167,7 +168,7 @@ def main(paths: t.List[str]) -> int:
             server_args = prepare_server_args(["--config", path])
             server_args.resolve_once()
             resolved = server_args.resolved_dict()
-            widths = planner.publish(server_args)
+            widths = planner.publish(server_args, contextlib.ExitStack())
             node = planner.runner(server_args, resolved, model_config_of(server_args), False, widths, device="cuda")
             backend = ATTENTION_BACKENDS[node.decode_attention_backend_str](node)
             check = mla if node.use_mla_backend else dense

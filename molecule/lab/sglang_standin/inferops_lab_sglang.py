@@ -49,6 +49,16 @@ import typing as t
 LOG = logging.getLogger("sglang.launch_server")
 
 
+def release_has(module: str) -> bool:
+    """Whether the installed SGLang has this module (the lab serves 0.5.15 as well as 0.5.21 and later)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
 def attention_backends(resolved: t.Mapping[str, t.Any]) -> t.Tuple[str, str]:
     """(prefill, decode) as SGLang dispatches them: the split fields fall back to attention_backend."""
     base = resolved.get("attention_backend")
@@ -75,36 +85,71 @@ class Attention:
         # pylint: disable=import-outside-toplevel
         import torch  # noqa: PLC0415
         from sglang.srt import runtime_context  # noqa: PLC0415
-        from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view  # noqa: PLC0415
         from sglang.srt.configs.model_config import AttentionArch, ModelConfig  # noqa: PLC0415
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: PLC0415
-        from sglang.srt.mem_cache import kv_index_translator, memory_pool  # noqa: PLC0415
-        from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
-        from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: PLC0415
-            resolve_sliding_window_size,
-        )
+        from sglang.srt.mem_cache import memory_pool  # noqa: PLC0415
         from sglang.srt.models.registry import ModelRegistry  # noqa: PLC0415
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: PLC0415
 
+        modern = release_has("sglang.srt.arg_groups.model_override_base")  # SGLang 0.5.21 and later; else 0.5.15
         draft_path = resolved.get("speculative_draft_model_path")
-        config = ModelConfig.from_server_args(server_args, model_path=draft_path) if draft else model_config_of(server_args)
-        runtime_context.publish(server_args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
-        tp = runtime_context.parallel_widths_of(resolving_view(server_args))["attn_tp_size"]
         prefill, decode = attention_backends(resolved)
         algorithm = resolved.get("speculative_algorithm")
-        kv = configure_kv_cache_dtype(
-            server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
-            is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
-            speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
-            speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
-        model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
-        model = types.SimpleNamespace(config=config.hf_config)
-        if hasattr(model_cls, "get_attention_sliding_window_size"):
-            model.get_attention_sliding_window_size = model_cls.get_attention_sliding_window_size.__get__(model)
-        try:
-            window = resolve_sliding_window_size(model, config)
-        except AttributeError:  # a window the loaded model's constructor sets (EAGLE3's draft window): none given here
-            window = resolve_sliding_window_size(types.SimpleNamespace(config=config.hf_config), config)
+        model_cls = None
+        if modern:
+            from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view  # noqa: PLC0415
+            from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
+            from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: PLC0415
+                resolve_sliding_window_size,
+            )
+
+            config = ModelConfig.from_server_args(server_args, model_path=draft_path) if draft else model_config_of(server_args)
+            runtime_context.publish(server_args, role="scheduler",
+                                    ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
+            tp = runtime_context.parallel_widths_of(resolving_view(server_args))["attn_tp_size"]
+            kv = configure_kv_cache_dtype(
+                server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
+                is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
+                speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+                speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+            model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
+            model = types.SimpleNamespace(config=config.hf_config)
+            if hasattr(model_cls, "get_attention_sliding_window_size"):
+                model.get_attention_sliding_window_size = model_cls.get_attention_sliding_window_size.__get__(model)
+            try:
+                window = resolve_sliding_window_size(model, config)
+            except AttributeError:  # a window the loaded model's constructor sets (EAGLE3's draft window): none given here
+                window = resolve_sliding_window_size(types.SimpleNamespace(config=config.hf_config), config)
+        else:
+            # SGLang 0.5.15: the record is published with set_server_args; the widths come from process groups the
+            # stand-in does not make, so the scheduler's values for one rank are held as the context's overrides; the KV
+            # dtype is ModelRunner.configure_kv_cache_dtype's on a holder; the window is read inside load_model from the
+            # loaded model, which the lab does not have: the lab serves such a release models without one
+            from sglang.srt.layers.dp_attention import compute_dp_attention_world_info  # noqa: PLC0415
+            from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: PLC0415
+
+            config = ModelConfig.from_server_args(server_args, model_path=draft_path if draft else server_args.model_path)
+            runtime_context.get_context().set_server_args(server_args)
+            cp = int(getattr(server_args, "attn_cp_size", 1) or 1)
+            _rank, tp, _dp_rank, dp = compute_dp_attention_world_info(server_args.enable_dp_attention, 0, server_args.tp_size,
+                                                                      server_args.dp_size, cp)
+            self.widths = runtime_context.get_parallel().override(
+                tp_size=server_args.tp_size, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0, attn_dp_size=dp, attn_dp_rank=0,
+                attn_cp_size=cp, attn_cp_rank=0)
+            self.widths.__enter__()
+            holder = types.SimpleNamespace(server_args=server_args, model=torch.nn.Module(), dtype=config.dtype)
+            ModelRunner.configure_kv_cache_dtype(holder)
+            kv = holder.kv_cache_dtype
+            model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
+            asked = getattr(model_cls, "get_attention_sliding_window_size", None)
+            try:
+                answer = asked(types.SimpleNamespace(config=config.hf_config)) if asked else None
+            except AttributeError:  # EAGLE3's draft window comes from its constructor: none given here
+                answer = None
+            if answer is not None or config.is_hybrid_swa or getattr(config, "attention_chunk_size", None) is not None:
+                raise RuntimeError("LAB: SGLang %s reads a sliding window from the loaded model; the lab serves such a "
+                                   "release only models without one" % getattr(sys.modules.get("sglang"), "__version__", "?"))
+            window = None
         self.page = int(resolved.get("page_size") or 1)
         self.config, self.tp, self.window, self.kv = config, tp, window, kv
         self.runner = types.SimpleNamespace(
@@ -128,12 +173,16 @@ class Attention:
                                                 enable_memory_saver=False, enable_alt_stream=False)
         self.runner.token_to_kv_pool = pool
         self.runner.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=self.page, get_kvcache=lambda: pool)
-        translator = kv_index_translator.KVIndexTranslator
-        wanted = {"req_to_token": self.runner.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator":
-                  self.runner.token_to_kv_pool_allocator, "token_to_kv_pool": pool, "page_size": self.page, "device": "cpu",
-                  "is_draft_worker": draft}
-        takes = inspect.signature(translator).parameters
-        self.runner.kv_index_translator = translator(**{key: value for key, value in wanted.items() if key in takes})
+        self.runner.kv_index_translator = None
+        if modern:
+            from sglang.srt.mem_cache import kv_index_translator  # noqa: PLC0415
+
+            translator = kv_index_translator.KVIndexTranslator
+            wanted = {"req_to_token": self.runner.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator":
+                      self.runner.token_to_kv_pool_allocator, "token_to_kv_pool": pool, "page_size": self.page, "device": "cpu",
+                      "is_draft_worker": draft}
+            takes = inspect.signature(translator).parameters
+            self.runner.kv_index_translator = translator(**{key: value for key, value in wanted.items() if key in takes})
         self.backend = ATTENTION_BACKENDS[decode](self.runner)
         self.label = "%s %s (%s)" % ("draft" if draft else "model", config.model_path, type(self.backend).__name__)
 
@@ -211,8 +260,9 @@ def without_gpu(engine: Engine) -> t.Iterator[None]:
     undo: t.List[t.Tuple[t.Any, str, t.Any]] = []
     replacements = [(core.JitSpec, "build_and_load", load_for_real), (triton_jit.JITFunction, "run", lambda *a, **k: None)]
     replacements += [(torch, name, host(getattr(torch, name))) for name in ("empty", "zeros", "ones", "full", "arange", "tensor")]
-    answers = {id(fi_utils.get_compute_capability): on_gpu0(fi_utils.get_compute_capability),
-               id(fi_utils.get_device_properties): on_gpu0(fi_utils.get_device_properties)}
+    # FlashInfer 0.6.12 has no get_device_properties
+    answers = {id(getattr(fi_utils, name)): on_gpu0(getattr(fi_utils, name))
+               for name in ("get_compute_capability", "get_device_properties") if hasattr(fi_utils, name)}
     for name, module in list(sys.modules.items()):
         if module is not None and name.startswith(("flashinfer", "sglang")):
             replacements += [(module, attr, answers[id(value)]) for attr, value in list(vars(module).items())
@@ -291,7 +341,7 @@ class Engine:
 
         archs = sorted("%d.%s" % arch for arch in jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
         LOG.info("FlashInfer %s, target archs: %s", flashinfer.__version__, " ".join(archs) or "set()")
-        if self.decode_backend == "flashinfer" and self.prefill_backend == "flashinfer":
+        if self.decode_backend == self.prefill_backend and self.decode_backend in ("flashinfer", "trtllm_mha"):
             with without_gpu(self):
                 self.attention = [Attention(self.server_args, self.resolved, draft=False)]
                 if self.resolved.get("speculative_draft_model_path"):
@@ -402,8 +452,11 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     LOG.info("SGLang %s; CUDA_HOME=%s PATH=%s", getattr(sglang, "__version__", "?"), os.environ.get("CUDA_HOME", "(unset)"),
              os.environ.get("PATH", ""))
     server_args = prepare_server_args(sys.argv[1:] if argv is None else argv)  # SGLang's parser: exits 2 on a bad flag
-    server_args.resolve_once()
-    resolved = server_args.resolved_dict()
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+        resolved = server_args.resolved_dict()
+    else:  # SGLang 0.5.15 resolved the record in ServerArgs.__post_init__
+        resolved = {name: getattr(server_args, name) for name in server_args.__dataclass_fields__}
     import torch  # noqa: PLC0415
 
     gpus = torch.cuda.device_count()

@@ -13,6 +13,7 @@ imported only where they are used, so this file imports on any Python 3 (the too
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import glob
 import hashlib
@@ -133,13 +134,18 @@ def parse(path: str) -> t.Tuple[t.Any, t.Dict[str, t.Any]]:
     try:
         with contextlib.redirect_stderr(said):
             server_args = prepare_server_args(["--config", path])
+        if hasattr(server_args, "resolve_once"):
+            # SGLang 0.5.21 and later resolve the parsed record in a step of their own
+            server_args.resolve_once()
     except SystemExit:
         raise ValueError("SGLang rejects %s: %s" % (path, (said.getvalue().strip().splitlines() or ["?"])[-1])) from None
-    try:
-        server_args.resolve_once()
     except Exception as exc:  # pylint: disable=broad-exception-caught
         raise ValueError("SGLang rejects %s: %s: %s" % (path, type(exc).__name__, exc)) from None
-    resolved = server_args.resolved_dict()
+    if hasattr(server_args, "resolved_dict"):
+        resolved = server_args.resolved_dict()
+    else:
+        # before 0.5.21 (0.5.15): ServerArgs.__post_init__ resolved the record in place; its fields are the result
+        resolved = {field.name: getattr(server_args, field.name) for field in dataclasses.fields(server_args)}
     import inferops_sglang_plan as planner
     import torch
 
@@ -158,8 +164,9 @@ def model_files(model_path: str) -> t.Optional[t.Dict[str, str]]:
 
 
 def derivation_inputs(paths: t.List[str], models: t.List[str], versions: t.Dict[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
-    """Everything a derivation read: the --config files, the models' JSON files, SGLang's and FlashInfer's releases and
-    the GPUs. None when a model is not a local directory (a hub name): such a derivation is not reused."""
+    """Everything a derivation read: the --config files, the models' JSON files, SGLang's and FlashInfer's
+    releases, the GPUs and whether the release's trtllm kernel set is in place. None when a model is not a local
+    directory (a hub name): such a derivation is not reused."""
     files = {}
     for path in paths:
         files[path] = digest(path)
@@ -212,7 +219,10 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
             from flashinfer.sampling import get_sampling_module
             asked.extend((spec, "top-k / top-p / min-p requests")
                          for spec in getter_specs(get_sampling_module))
-        if backends & set(planner.FLASHINFER_BACKENDS):
+        # trtllm's module is made from the kernel set's own headers: without the set FlashInfer would download them
+        # (retrying for minutes) while this plans, so trtllm_mha is planned only where the release's set is in place
+        settled = "trtllm_mha" not in backends or versions.get("trtllm_set") is not None
+        if backends & set(planner.FLASHINFER_BACKENDS) and settled:
             plans, recorder = planner.plan_service(server_args, resolved)
             entry["planned"] = plans
             whys = {}
@@ -231,15 +241,20 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
                 entry["not_warmed"].append("Triton kernels SGLang's attention backend launches at the first requests (%s): "
                                            "Triton compiles them for the GPU at their first launch (TRITON_CACHE_DIR); not "
                                            "built ahead here" % ", ".join(entry["triton_kernels"]))
-        if "trtllm_mha" in backends:
-            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's fmha_gen module is built, and its trtllm-gen kernel "
-                                       "binaries read, at the first request; the binaries come from the set the preflight checks "
-                                       "(flashinfer-cubin of this release, flashinfer_cubin: true; or FLASHINFER_CUBIN_DIR in "
-                                       "cuda_env_extra), else FlashInfer downloads them then: an air-gapped node without a set "
-                                       "fails at its first request")
-        others = sorted(str(b) for b in backends if b not in planner.FLASHINFER_BACKENDS + ("trtllm_mha",))
+        if not settled:
+            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's fmha_gen module and its trtllm-gen kernel binaries, "
+                                       "at the first request: this FlashInfer release's kernel set is not in place (the "
+                                       "preflight's trtllm_cubins check says why), so FlashInfer downloads the set then and an "
+                                       "air-gapped node fails at its first request; give the set (flashinfer-cubin of this "
+                                       "release, flashinfer_cubin: true; or FLASHINFER_CUBIN_DIR in cuda_env_extra) and warm "
+                                       "again")
+        elif "trtllm_mha" in backends:
+            entry["notes"] = ["attention trtllm_mha: its trtllm-gen kernel binaries are read at run time from the kernel set "
+                              "the preflight checks"]
+        others = sorted(str(b) for b in backends if b not in planner.FLASHINFER_BACKENDS)
         if others:
-            entry["notes"] = ["attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
+            entry["notes"] = entry.get("notes", []) + [
+                "attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
         entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
         known = {record["uri"] for record in derived["specs"]}
         for spec, why in asked:
@@ -369,6 +384,22 @@ def parse_configs(paths: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
     return parsed
 
 
+def trtllm_set() -> t.Optional[str]:
+    """The sha256 FlashInfer pins for its trtllm-gen FMHA kernel set when the set's checksums.txt where FlashInfer looks
+    is that one (a cheap test, for the derivation's inputs: the files themselves are trtllm_cubins' to check), else None."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from flashinfer import artifacts
+    from flashinfer.jit import env as jit_env
+
+    expected = artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+    try:
+        with open(os.path.join(str(jit_env.FLASHINFER_CUBIN_DIR), artifacts.ArtifactPath.TRTLLM_GEN_FMHA, "checksums.txt"),
+                  "rb") as handle:
+            return expected if hashlib.sha256(handle.read()).hexdigest() == expected else None
+    except OSError:
+        return None
+
+
 def trtllm_cubins() -> t.Dict[str, t.Any]:
     """FlashInfer's trtllm-gen FMHA kernel set (the binaries SGLang's trtllm_mha attention loads at its first request on
     SM 10.x), where this FlashInfer release will look for it, checked against what its source pins: the directory is
@@ -454,7 +485,8 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
     progress = Progress(out["workspace"] if action == "warm" else None)
     gpus = sorted(set("%s (%d.%d)" % ((torch.cuda.get_device_name(index),) + tuple(torch.cuda.get_device_capability(index)))
                       for index in range(torch.cuda.device_count()))) if torch.cuda.is_available() else []
-    versions = {"sglang": out["sglang_version"], "flashinfer": out["flashinfer_version"], "archs": out["archs"], "gpus": gpus}
+    versions = {"sglang": out["sglang_version"], "flashinfer": out["flashinfer_version"], "archs": out["archs"], "gpus": gpus,
+                "trtllm_set": trtllm_set()}
     stamp_path = os.path.join(out["workspace"], STAMP)
     current = {"flashinfer_version": out["flashinfer_version"], "cuda_home": out["cuda_home"],
                "cuda_version": out["cuda_version"], "archs": out["archs"]}

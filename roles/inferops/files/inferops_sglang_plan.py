@@ -41,7 +41,7 @@ BATCHES: t.Tuple[t.Tuple[str, str, int, int], ...] = (
     ("a decode step", "DECODE", 8, 1),
 )
 # SGLang's attention backends whose kernels are FlashInfer's JIT modules (the others are planned by nothing here)
-FLASHINFER_BACKENDS = ("flashinfer",)
+FLASHINFER_BACKENDS = ("flashinfer", "trtllm_mha")
 # FlashInfer probes a loaded module for these optional entry points with hasattr(); the recorded module has none
 OPTIONAL_ENTRY_POINTS = frozenset({"plan_with_staged_workspace_bytes"})
 FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
@@ -128,9 +128,18 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
     def gpu0(device: t.Any) -> t.Any:
         return torch.device("cuda", 0) if getattr(device, "type", None) == "cpu" else device
 
-    originals = {"capability": fi_utils.get_compute_capability, "properties": fi_utils.get_device_properties}
-    answers = {"capability": lambda device: originals["capability"](gpu0(device)),
-               "properties": lambda device: originals["properties"](gpu0(device))}
+    # (FlashInfer 0.6.12 has no get_device_properties)
+    originals = {key: getattr(fi_utils, name) for key, name in (("capability", "get_compute_capability"),
+                                                                 ("properties", "get_device_properties"))
+                 if hasattr(fi_utils, name)}
+    answers = {key: functools.partial(lambda original, device: original(gpu0(device)), original)
+               for key, original in originals.items()}
+    # trtllm's getters hand a built module's library to setup_cubin_loader, which opens it to register FlashInfer's
+    # kernel-set callback: a recorded module has no library, and the callback is for a kernel launch
+    loader = getattr(importlib.import_module("flashinfer.jit.cubin_loader"), "setup_cubin_loader", None)
+    if loader is not None:
+        originals["cubin loader"] = loader
+        answers["cubin loader"] = lambda path: None
     swapped: t.List[t.Tuple[t.Any, str, t.Any]] = []
 
     def swap(owner: t.Any, attr: str, value: t.Any) -> None:
@@ -225,13 +234,40 @@ def sglang_release() -> str:
     return str(getattr(sglang, "__version__", "?"))
 
 
-def publish(server_args: t.Any) -> t.Dict[str, t.Any]:
+def model_config_of(server_args: t.Any) -> t.Any:
+    """The target model's ModelConfig, as SGLang's release makes it from the record."""
+    # pylint: disable=import-error,import-outside-toplevel
+    try:
+        from sglang.srt.arg_groups.model_override_base import model_config_of as of
+    except ImportError:
+        # before 0.5.21 (0.5.15): ModelConfig's own constructor from the record
+        from sglang.srt.configs.model_config import ModelConfig
+
+        return ModelConfig.from_server_args(server_args)
+    return of(server_args)
+
+
+def publish(server_args: t.Any, held: contextlib.ExitStack) -> t.Dict[str, t.Any]:
     """The service's configuration published as SGLang's scheduler does for rank 0; its parallel widths, as SGLang
-    derives them (the attention TP size decides the heads per rank)."""
+    derives them (the attention TP size decides the heads per rank). Before 0.5.21 the widths are dp_attention's, which
+    the context answers from process groups that a planner does not make: they are held as the context's overrides
+    (its own mechanism) until held closes."""
     # pylint: disable=import-error,import-outside-toplevel
     from sglang.srt import runtime_context
-    from sglang.srt.arg_groups.model_override_base import resolving_view
 
+    try:
+        from sglang.srt.arg_groups.model_override_base import resolving_view
+    except ImportError:
+        from sglang.srt.layers.dp_attention import compute_dp_attention_world_info
+
+        runtime_context.get_context().set_server_args(server_args)
+        cp = int(getattr(server_args, "attn_cp_size", 1) or 1)
+        _rank, attn_tp, _dp_rank, attn_dp = compute_dp_attention_world_info(
+            server_args.enable_dp_attention, 0, server_args.tp_size, server_args.dp_size, cp)
+        widths = {"tp_size": server_args.tp_size, "tp_rank": 0, "attn_tp_size": attn_tp, "attn_tp_rank": 0,
+                  "attn_dp_size": attn_dp, "attn_dp_rank": 0, "attn_cp_size": cp, "attn_cp_rank": 0}
+        held.enter_context(runtime_context.get_parallel().override(**widths))
+        return widths
     runtime_context.publish(server_args, role="scheduler",
                             ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
     return dict(runtime_context.parallel_widths_of(resolving_view(server_args)))
@@ -241,10 +277,16 @@ def sliding_window(model_config: t.Any) -> t.Any:
     """SGLang's resolve_sliding_window_size, with the model's own class answering for the model (Gemma-2's window is
     its class's get_attention_sliding_window_size, not config.json's sliding_window). A class whose answer needs the
     loaded model's own state (EAGLE3's draft window, set from --speculative-draft-window-size in its constructor) is
-    asked without it: SGLang's rule for a model without that method."""
+    asked without it: SGLang's rule for a model without that method. SGLang before 0.5.21 (0.5.15) has no such function:
+    its ModelRunner.load_model reads the window of the loaded model inline, so a model with a window (its class's
+    answer, a hybrid-SWA or chunked-attention config) is not planned on such a release."""
     # pylint: disable=import-error,import-outside-toplevel
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.models.registry import ModelRegistry
+
+    try:
+        from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
+    except ImportError:
+        resolve_sliding_window_size = None
 
     # SGLang's registry imports every model module it has to find the class; the ones this venv cannot import (their
     # GPU-only dependencies) are logged as warnings, which say nothing about this model
@@ -258,6 +300,16 @@ def sliding_window(model_config: t.Any) -> t.Any:
     model = types.SimpleNamespace(config=model_config.hf_config)
     if hasattr(cls, "get_attention_sliding_window_size"):
         model.get_attention_sliding_window_size = cls.get_attention_sliding_window_size.__get__(model)  # type: ignore[attr-defined]
+    if resolve_sliding_window_size is None:
+        try:
+            answer = model.get_attention_sliding_window_size() if hasattr(model, "get_attention_sliding_window_size") else None
+        except AttributeError:
+            answer = None
+        if answer is not None or model_config.is_hybrid_swa or getattr(model_config, "attention_chunk_size", None) is not None:
+            raise PlanError("SGLang %s sets a model's sliding window inside ModelRunner.load_model, from the loaded model, "
+                            "and %s has one: name its modules in flashinfer_jit_modules and set flashinfer_jit_derive: false"
+                            % (sglang_release(), model_config.model_path))
+        return None
     try:
         return resolve_sliding_window_size(model, model_config)
     except AttributeError:
@@ -273,8 +325,6 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
     # pylint: disable=import-error,import-outside-toplevel
     import torch
     from sglang.srt.configs.model_config import AttentionArch
-    from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
-    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -284,11 +334,7 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
     decode_backend = resolved.get("decode_attention_backend") or base
     if draft and resolved.get("speculative_draft_attention_backend"):
         prefill = decode_backend = resolved["speculative_draft_attention_backend"]
-    kv_dtype = configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=model_config.dtype,
-        is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
-        speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
-        speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+    kv_dtype = kv_cache_dtype(server_args, resolved, model_config, draft)
     page_size = int(resolved.get("page_size") or 1)
     context, requests = 64, 2
     node = types.SimpleNamespace(
@@ -313,11 +359,39 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
             head_num=model_config.get_num_kv_heads(widths["attn_tp_size"]), head_dim=model_config.head_dim, layer_num=1,
             device=device, enable_memory_saver=False, enable_alt_stream=False)
     node.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=page_size, get_kvcache=lambda: node.token_to_kv_pool)
+    try:
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        # before 0.5.21 (0.5.15) the backends read the request-to-token table themselves
+        node.kv_index_translator = None
+        return node
     # what SGLang's ModelRunner.init_kv_index_translator passes (0.5.23 adds is_draft_worker)
     offered = {"req_to_token": node.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator": node.token_to_kv_pool_allocator,
                "token_to_kv_pool": node.token_to_kv_pool, "page_size": page_size, "device": device, "is_draft_worker": draft}
     node.kv_index_translator = KVIndexTranslator(**accepted(KVIndexTranslator, offered))
     return node
+
+
+def kv_cache_dtype(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool) -> t.Any:
+    """The KV cache's torch dtype, by SGLang's own rule: its configure_kv_cache_dtype (0.5.21 and later), or, before,
+    ModelRunner.configure_kv_cache_dtype run on a runner that holds the record, an empty model and the model's dtype."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+
+    try:
+        from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+    except ImportError:
+        from sglang.srt.model_executor.model_runner import ModelRunner
+
+        holder = types.SimpleNamespace(server_args=server_args, model=torch.nn.Module(), dtype=model_config.dtype)
+        ModelRunner.configure_kv_cache_dtype(holder)  # type: ignore[arg-type]
+        return holder.kv_cache_dtype
+    algorithm = resolved.get("speculative_algorithm")
+    return configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=model_config.dtype,
+        is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
+        speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+        speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
 
 
 def accepted(cls: t.Any, offered: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -389,12 +463,12 @@ def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_b
 
 
 def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
-               recorder: Recorder) -> t.Dict[str, t.Any]:
+               recorder: Recorder, *, held: contextlib.ExitStack) -> t.Dict[str, t.Any]:
     """One model's attention backend through BATCHES: per batch, the FlashInfer modules and Triton kernels asked for."""
     # pylint: disable=import-error,import-outside-toplevel
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    widths = publish(server_args)
+    widths = publish(server_args, held)
     node = runner(server_args, resolved, model_config, draft, widths)
     names = {node.prefill_attention_backend_str, node.decode_attention_backend_str}
     if len(names) != 1 or node.decode_attention_backend_str not in FLASHINFER_BACKENDS:
@@ -426,7 +500,6 @@ def plan_service(server_args: t.Any, resolved: t.Mapping[str, t.Any]) -> t.Tuple
     """The target model and, under speculative decoding, the draft model, planned by SGLang's backend."""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
-    from sglang.srt.arg_groups.model_override_base import model_config_of
     from sglang.srt.configs.model_config import ModelConfig
 
     configs = [(model_config_of(server_args), False)]
@@ -435,14 +508,14 @@ def plan_service(server_args: t.Any, resolved: t.Mapping[str, t.Any]) -> t.Tuple
     recorder = Recorder()
     plans = []
     try:
-        with planning(recorder):
+        with planning(recorder), contextlib.ExitStack() as held_widths:
             for config, draft in configs:
-                plans.append(plan_model(server_args, resolved, config, draft, recorder))
+                plans.append(plan_model(server_args, resolved, config, draft, recorder, held=held_widths))
     except PlanError:
         raise
     except Exception as exc:  # pylint: disable=broad-exception-caught
         raise PlanError("SGLang %s's attention backend could not be planned (%s: %s): the planner was tested with SGLang "
-                        "0.5.21 and 0.5.23; on another release name the modules in flashinfer_jit_modules and set "
+                        "0.5.15, 0.5.21 and 0.5.23; on another release name the modules in flashinfer_jit_modules and set "
                         "flashinfer_jit_derive: false" % (sglang_release(), type(exc).__name__, exc)) from exc
     held = 0
     if torch.cuda.is_available() and torch.version.cuda:
@@ -472,7 +545,6 @@ def tp_sizes_that_work(heads: int, kv_heads: t.Optional[int], limit: int) -> t.L
 def tp_problems(server_args: t.Any, resolved: t.Mapping[str, t.Any], gpus: int) -> t.List[str]:
     """The models (and draft) of a service that SGLang's attention layers cannot split over its TP size."""
     # pylint: disable=import-error,import-outside-toplevel
-    from sglang.srt.arg_groups.model_override_base import model_config_of
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
 
     tp = int(resolved.get("tp_size") or 1)
