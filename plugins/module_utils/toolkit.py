@@ -22,8 +22,9 @@ MANIFEST = ".inferops-toolkit.json"
 LAYOUT_VERSION = 2
 # Wheel directories and where they go in the toolkit (lib -> lib64, as NVIDIA's packages have it).
 _WHEEL_DIRS = {"bin": "bin", "include": "include", "lib": "lib64", "nvvm": "nvvm"}
-# Wheels of which only the headers are needed (FlashInfer's sampling kernels include curand headers).
-HEADERS_ONLY = ("nvidia_curand",)
+# Wheels of which only the headers are needed (FlashInfer's sampling kernels include curand headers, its trtllm module
+# cublasLt.h and nvrtc.h).
+HEADERS_ONLY = ("nvidia_curand", "nvidia_cublas", "nvidia_cuda_nvrtc")
 # What a laid-out toolkit must have; a prefix missing any of them is an unfinished install.
 REQUIRED_FILES = ("bin/nvcc", "bin/ptxas", "bin/nvcc.profile", "include/cuda_runtime.h", "lib64/libcudart.so",
                   "lib64/stubs/libcuda.so", "nvvm/bin/cicc")

@@ -15,7 +15,7 @@ description:
     C(/usr/local/cuda-13.0), that compiles and links FlashInfer's JIT kernels the way a toolkit from NVIDIA's packages does.
   - Adds what the wheels lack, a real C(bin/) directory, C(lib64/) with C(lib) linked to it, C(targets/<arch>/{include,lib}),
     C(libcudart.so), and a link-time stub C(lib64/stubs/libcuda.so) built with the node's C compiler; takes only the headers of
-    the C(nvidia-curand) wheel.
+    the C(nvidia-curand), C(nvidia-cublas) and C(nvidia-cuda-nvrtc) wheels.
   - Builds in a staging directory beside O(prefix), checks that C(bin/nvcc --version) reports O(release), then moves it into
     place, so an interrupted run never leaves a half toolkit at O(prefix). A leftover staging directory, or a prefix this module
     made that misses files, is rebuilt.

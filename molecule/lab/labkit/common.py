@@ -51,6 +51,8 @@ VENV_REQUIREMENTS = os.path.join(HERE, "sglang-venv-requirements.txt")
 STACKS = {
     "incident": (VENV_REQUIREMENTS, "SGLang 0.5.21, FlashInfer 0.6.18"),
     "current": (os.path.join(HERE, "sglang-venv-requirements-current.txt"), "SGLang 0.5.23, FlashInfer 0.7.2"),
+    # the release pair with a public trtllm-gen kernel set (flashinfer-cubin 0.6.12): the air-gapped B200/B300 stack
+    "cubin": (os.path.join(HERE, "sglang-venv-requirements-cubin.txt"), "SGLang 0.5.15.post1, FlashInfer 0.6.12"),
 }
 # Bump when build_stack_image()'s steps change: the image is rebuilt when this or any file it copies changes.
 IMAGE_STEPS_VERSION = "5"

@@ -53,8 +53,9 @@ def cuda_toolkit_pins(release: str = "13.0") -> t.List[str]:
         return list(yaml.safe_load(handle)["_cuda_toolkit_pip_releases"][release])
 
 
-# A FlashInfer release for the flashinfer role's upgrade strategy to install (0.6.18 -> 0.6.18.post1, same detection).
-MIRROR_EXTRA_WHEELS = ["flashinfer-python==0.6.18.post1"]
+# A FlashInfer release for the flashinfer role's upgrade strategy to install (0.6.18 -> 0.6.18.post1, same detection), and
+# the kernel set of the cubin stack's FlashInfer (flashinfer_cubin: true installs it from here by hash; 447 MB).
+MIRROR_EXTRA_WHEELS = ["flashinfer-python==0.6.18.post1", "flashinfer-cubin==0.6.12"]
 
 
 def mirror_wheels() -> str:

@@ -7,13 +7,14 @@ Test equipment for the inferops.blackwell lab (lab nodes have no GPU and no mode
 `python -m sglang.launch_server` in the lab venv runs this module. Everything SGLang decides
 comes from the real SGLang release installed beside it:
 - the command line and --config are parsed by SGLang's own `prepare_server_args` (a flag or a
-  value SGLang rejects fails here with SGLang's message), and resolved by `resolve_once`
-  (attention and sampling backends, KV cache dtype, page size: SGLang's own code, given the
-  node's simulated GPUs, which torch reports through the lab's torch shim);
+  value SGLang rejects fails here with SGLang's message), and resolved by `resolve_once` (SGLang
+  0.5.15: in ServerArgs.__post_init__): attention and sampling backends, KV cache dtype, page size,
+  SGLang's own code, given the node's simulated GPUs, which torch reports through the lab's torch shim;
 - the model's shape is SGLang's `ModelConfig` of the model directory (config.json);
 - requests are normalised by SGLang's `SamplingParams`;
 - attention: SGLang's own attention backend (the class its registry picks for the resolved
-  backend: FlashInferAttnBackend, FlashInferMLAAttnBackend for an MLA model) runs its planning
+  backend: FlashInferAttnBackend, FlashInferMLAAttnBackend for an MLA model, TRTLLMHAAttnBackend on SM 10.x where the
+  release's trtllm-gen kernel set is in place -- without it FlashInfer would download the set) runs its planning
   (init_forward_metadata) and, for a dense model, its forward, for each batch the server goes
   through: the start-up warm-up request (a greedy one), then each request's own extend (its
   cached prefix, if it hits an earlier prompt) and a decode step. Every FlashInfer module the
@@ -277,6 +278,22 @@ def without_gpu(engine: Engine) -> t.Iterator[None]:
             setattr(owner, attr, value)
 
 
+def kernel_set_in_place() -> bool:
+    """Whether the trtllm-gen FMHA kernel set this FlashInfer release pins is where FlashInfer looks for it (its
+    checksums.txt, by the sha256 the release's artifacts module names)."""
+    import hashlib  # noqa: PLC0415
+
+    from flashinfer import artifacts  # noqa: PLC0415
+    from flashinfer.jit import env as jit_env  # noqa: PLC0415
+
+    listing = os.path.join(str(jit_env.FLASHINFER_CUBIN_DIR), artifacts.ArtifactPath.TRTLLM_GEN_FMHA, "checksums.txt")
+    try:
+        with open(listing, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest() == artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+    except OSError:
+        return False
+
+
 def built_files() -> t.Dict[str, t.Tuple[int, int]]:
     """The objects and libraries in FlashInfer's JIT cache with their mtime and size: a getter that adds or rewrites one
     compiled or linked at run time. (Loading a cached module rewrites build.ninja and runs ninja, a no-op; FlashInfer
@@ -341,7 +358,8 @@ class Engine:
 
         archs = sorted("%d.%s" % arch for arch in jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
         LOG.info("FlashInfer %s, target archs: %s", flashinfer.__version__, " ".join(archs) or "set()")
-        if self.decode_backend == self.prefill_backend and self.decode_backend in ("flashinfer", "trtllm_mha"):
+        trtllm_ready = self.decode_backend == "trtllm_mha" and kernel_set_in_place()
+        if self.decode_backend == self.prefill_backend and (self.decode_backend == "flashinfer" or trtllm_ready):
             with without_gpu(self):
                 self.attention = [Attention(self.server_args, self.resolved, draft=False)]
                 if self.resolved.get("speculative_draft_model_path"):
@@ -349,6 +367,10 @@ class Engine:
             for attention in self.attention:
                 LOG.info("%s", attention.describe())
             self.attend(0, 8)
+        elif self.decode_backend == "trtllm_mha":
+            LOG.info("attention backend trtllm_mha without FlashInfer %s's kernel set in place: FlashInfer would download "
+                     "the set at the first request (LAB: not simulated; the lab has no route off its bridge)",
+                     flashinfer.__version__)
         else:
             LOG.info("attention backends %s / %s: FlashInfer's attention modules are not used (LAB: kernels of other "
                      "backends are not simulated)", self.prefill_backend, self.decode_backend)

@@ -18,6 +18,7 @@ import fcntl
 import glob
 import hashlib
 import importlib.metadata
+import inspect
 import io
 import json
 import logging
@@ -567,7 +568,11 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
             elif spec.is_compiled:
                 out["cleaned"].append("out of date %s (%s): ninja rebuilds it" % (spec.name, why))
             started = time.monotonic()
-            spec.build()
+            if "verbose" in inspect.signature(spec.build).parameters:
+                # FlashInfer 0.6.12's JitSpec.build takes verbose without a default (later releases read the variable)
+                spec.build(verbose=os.environ.get("FLASHINFER_JIT_VERBOSE", "0") == "1")
+            else:
+                spec.build()
             entry["built"] = True
             entry["seconds"] = round(time.monotonic() - started, 1)
             progress.state["done"].append({"name": entry["name"], "seconds": entry["seconds"]})

@@ -225,3 +225,21 @@ def test_no_set_where_flashinfer_looks_is_missing(cubin_set: t.Dict[str, t.Any],
     cubin_set["env"].FLASHINFER_CUBIN_DIR = cubin_set["root"] / "elsewhere"
     found = side.trtllm_cubins()
     assert not found["verified"] and found["source"] == "download cache" and found["problem"].startswith("missing: no ")
+
+
+def test_the_set_in_place_is_named_by_its_pin_and_only_then(cubin_set: t.Dict[str, t.Any]) -> None:
+    """trtllm_set (a derivation input: trtllm_mha is planned only with it) is the release's pin where FlashInfer looks."""
+    assert side.trtllm_set() == cubin_set["artifacts"].CheckSumHash.TRTLLM_GEN_FMHA
+    cubin_set["artifacts"].CheckSumHash.TRTLLM_GEN_FMHA = "0" * 64
+    assert side.trtllm_set() is None
+    cubin_set["artifacts"].CheckSumHash.TRTLLM_GEN_FMHA = "1" * 64
+    (cubin_set["dir"] / "checksums.txt").unlink()
+    assert side.trtllm_set() is None
+
+
+def test_a_derivation_is_made_again_when_the_kernel_set_comes(derivation: t.Dict[str, t.Any]) -> None:
+    """A derivation made without the set (trtllm not planned) is not reused once the set is in place."""
+    paths, versions = [str(derivation["config"])], dict(derivation["versions"], trtllm_set=None)
+    record = dict(derivation["record"], inputs=side.derivation_inputs(paths, [str(derivation["model"])], versions))
+    assert side.reusable(record, paths, versions) is True
+    assert side.reusable(record, paths, dict(versions, trtllm_set="c2d9399b" + "0" * 56)) is False
