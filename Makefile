@@ -41,7 +41,7 @@ help:
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
 	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
-	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300 (also in make test)"
+	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300, the kernel-set stack on B200 and B300 (also in make test)"
 	@echo "make lint | sanity | units | molecule | release-check | docs-site    one part of make test"
 	@echo "make docs      the role READMEs and the README's role index from the argument specs, then the docs site (.build/docs/html)"
 	@echo "make clean     make lab-down, then remove .venv and .build (the machine's lab images and compile cache stay: /var/cache/inferops-lab)"
@@ -136,10 +136,10 @@ sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TE
 units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
 
-# The lab's cached layers (base rootfs; the incident's and the current stack's images, side by side) and its mirror (CUDA
-# wheels, signed apt repository).
+# The lab's cached layers (base rootfs; the incident's, the current and the kernel-set stack's images, side by side) and
+# its mirror (CUDA wheels, flashinfer-cubin, signed apt repository).
 lab-images: debs venv
-	$(LABCTL) build --stack incident --stack current
+	$(LABCTL) build --stack incident --stack current --stack cubin
 	$(LABCTL) mirror --apt
 
 # molecule scenarios on lab nodes (each scenario creates and destroys its own nodes, at its own addresses), in lanes
@@ -148,13 +148,16 @@ lab-images: debs venv
 # the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
 # two nodes need once (molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
 # incident stack on SM 12.0, the current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo
-# (six models on the current stack on SM 12.0: that pair); stack_matrix (the three other (stack, GPU family) pairs), then
+# (six models on the current stack on SM 12.0: that pair); stack_matrix (the three other (stack, GPU family) pairs, and
+# the kernel-set stack on SM 10.0 and SM 10.3), then
 # the scenarios that compile nothing.
 MOLECULE_LANES := "default" "zoo" "stack_matrix incident toolkit_apt flashinfer_strategies"
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
 # and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; zoo the current one on SM 12.0; stack_matrix the
-# three other pairs (both stacks on SM 12.1 with Triton's attention, the incident's on SM 10.3). Alone:
+# three other pairs (both stacks on SM 12.1 with Triton's attention, the incident's on SM 10.3) and the kernel-set stack
+# (SGLang 0.5.15.post1, FlashInfer 0.6.12 with flashinfer-cubin 0.6.12) on SM 10.0 and SM 10.3, served through trtllm_mha.
+# Alone:
 test-matrix: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name stack_matrix
 

@@ -55,7 +55,7 @@ STACKS = {
     "cubin": (os.path.join(HERE, "sglang-venv-requirements-cubin.txt"), "SGLang 0.5.15.post1, FlashInfer 0.6.12"),
 }
 # Bump when build_stack_image()'s steps change: the image is rebuilt when this or any file it copies changes.
-IMAGE_STEPS_VERSION = "5"
+IMAGE_STEPS_VERSION = "6"
 
 
 def log(message: str) -> None:

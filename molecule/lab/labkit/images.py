@@ -149,6 +149,18 @@ def build_stack_image(base: str, wheels: str, stack: str = "incident") -> str:
         run(["mount", "--bind", "-o", "ro", wheels, os.path.join(merged, "mnt", "wheels")])
 
         install_cuda_128(merged, wheels)
+        # SIMULATED driver library for the stand-in's process: the driver API of the node's cuda.h, every call failing
+        # with no device (gpu/libcuda_sim.py)
+        os.makedirs(merged + "/usr/lib/inferops-lab", exist_ok=True)
+        preprocessed = output(["chroot", merged, "gcc", "-E", "-P", CUDA_128 + "/include/cuda.h"])
+        sys.path.insert(0, os.path.join(HERE, "gpu"))
+        import libcuda_sim  # noqa: PLC0415 -- LAB tooling beside this file
+
+        with open(merged + "/tmp/libcuda_sim.c", "w") as handle:
+            handle.write(libcuda_sim.source(preprocessed))
+        chroot(merged, ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "/usr/lib/inferops-lab/libcuda.so.1",
+                        "/tmp/libcuda_sim.c"])
+        os.unlink(merged + "/tmp/libcuda_sim.c")
         chroot(merged, ["update-alternatives", "--install", "/usr/local/cuda", "cuda", CUDA_128, "128"])
         chroot(merged, ["update-alternatives", "--install", "/usr/local/cuda-12", "cuda-12", CUDA_128, "128"])
 

@@ -468,6 +468,14 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
     LOG.warning("LAB SIMULATION: SGLang stand-in: SGLang's own argument parsing and decisions, a simulated model and GPU "
                 "(inferops.blackwell lab); no weights are loaded, no kernel runs")
+    driver = "/usr/lib/inferops-lab/libcuda.so.1"
+    if os.path.exists(driver):
+        # LAB SIMULATION: the driver's library (every call: no device), loaded before any FlashInfer module, so one that
+        # links the driver (trtllm's fmha_gen) loads as on a GPU node; its kernels never run
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(driver, mode=ctypes.RTLD_GLOBAL)
+        LOG.warning("LAB SIMULATION: the NVIDIA driver's libcuda.so.1 is a stand-in without a GPU (%s)", driver)
     import sglang  # noqa: PLC0415
     from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415
 
