@@ -129,9 +129,8 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
         return torch.device("cuda", 0) if getattr(device, "type", None) == "cpu" else device
 
     # (FlashInfer 0.6.12 has no get_device_properties)
-    originals = {key: getattr(fi_utils, name) for key, name in (("capability", "get_compute_capability"),
-                                                                 ("properties", "get_device_properties"))
-                 if hasattr(fi_utils, name)}
+    asked = (("capability", "get_compute_capability"), ("properties", "get_device_properties"))
+    originals = {key: getattr(fi_utils, name) for key, name in asked if hasattr(fi_utils, name)}
     answers = {key: functools.partial(lambda original, device: original(gpu0(device)), original)
                for key, original in originals.items()}
     # trtllm's getters hand a built module's library to setup_cubin_loader, which opens it to register FlashInfer's
