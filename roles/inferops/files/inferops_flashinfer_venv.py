@@ -385,17 +385,22 @@ def parse_configs(paths: t.List[str]) -> t.Dict[str, t.Dict[str, t.Any]]:
     return parsed
 
 
-def trtllm_set() -> t.Optional[str]:
-    """The sha256 FlashInfer pins for its trtllm-gen FMHA kernel set when the set's checksums.txt where FlashInfer looks
-    is that one (a cheap test, for the derivation's inputs: the files themselves are trtllm_cubins' to check), else None."""
+def kernel_set_pins() -> t.Tuple[str, str, str]:
+    """Where this FlashInfer release looks for its trtllm-gen FMHA kernel set and what it pins: the directory (its own
+    choice, jit/env.py), the set's path in it and the sha256 of the set's checksums.txt (artifacts.py)."""
     # pylint: disable=import-error,import-outside-toplevel
     from flashinfer import artifacts
     from flashinfer.jit import env as jit_env
 
-    expected = artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+    return str(jit_env.FLASHINFER_CUBIN_DIR), artifacts.ArtifactPath.TRTLLM_GEN_FMHA, artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+
+
+def trtllm_set() -> t.Optional[str]:
+    """The sha256 FlashInfer pins for its trtllm-gen FMHA kernel set when the set's checksums.txt where FlashInfer looks
+    is that one (a cheap test, for the derivation's inputs: the files themselves are trtllm_cubins' to check), else None."""
+    root, subdir, expected = kernel_set_pins()
     try:
-        with open(os.path.join(str(jit_env.FLASHINFER_CUBIN_DIR), artifacts.ArtifactPath.TRTLLM_GEN_FMHA, "checksums.txt"),
-                  "rb") as handle:
+        with open(os.path.join(root, subdir, "checksums.txt"), "rb") as handle:
             return expected if hashlib.sha256(handle.read()).hexdigest() == expected else None
     except OSError:
         return None
@@ -409,12 +414,9 @@ def trtllm_cubins() -> t.Dict[str, t.Any]:
     artifacts.ArtifactPath / CheckSumHash, and every file checksums.txt lists must hash to its line (what FlashInfer's
     cubin loader checks at each load, downloading anything that does not match). Nothing is downloaded here."""
     # pylint: disable=import-error,import-outside-toplevel
-    from flashinfer import artifacts
     from flashinfer.jit import env as jit_env
 
-    root = str(jit_env.FLASHINFER_CUBIN_DIR)
-    subdir = artifacts.ArtifactPath.TRTLLM_GEN_FMHA
-    expected = artifacts.CheckSumHash.TRTLLM_GEN_FMHA
+    root, subdir, expected = kernel_set_pins()
     # which of its sources FlashInfer took (the order differs between releases: 0.6.x prefers the package, 0.7.x the variable)
     source = "download cache"
     if os.environ.get("FLASHINFER_CUBIN_DIR") and os.path.realpath(os.environ["FLASHINFER_CUBIN_DIR"]) == os.path.realpath(root):
