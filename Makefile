@@ -32,7 +32,7 @@ LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_STATE := $(or $(INFEROPS_LAB_STATE),$(BUILD)/lab)
 LAB_INVENTORY := inventories/lab
 
-.PHONY: release-venv release-check docs-site test-suite test-role test-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: release-venv release-check docs-site test-suite test-role test-fresh lab-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -41,6 +41,7 @@ help:
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
 	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
+	@echo "make lab-fresh          make lab the same way (timed), then make lab-down"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300, the kernel-set stack on B200 and B300 (also in make test)"
 	@echo "make lint | sanity | units | molecule | release-check | docs-site    one part of make test"
 	@echo "make docs      the role READMEs and the README's role index from the argument specs, then the docs site (.build/docs/html)"
@@ -114,6 +115,10 @@ test-role: debs venv link
 # make test on this machine as a new one runs it: a clean clone of HEAD, a new HOME, empty lab caches (tools/test-fresh).
 test-fresh:
 	tools/test-fresh
+
+# make lab the same way, timed, then make lab-down.
+lab-fresh:
+	tools/test-fresh lab
 
 lint: ruff ansible-lint
 
