@@ -98,6 +98,7 @@ test-suite: debs venv link
 	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
 	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; \
 	    echo "   lab nodes' CPU (everything in the node, from its cgroup): $$(tools/node-cpu $(LAB_STATE)/node-cpu.jsonl)"; \
+	    echo "   lab compile cache: $$($(LABCTL) compiles --since $$started)"; \
 	    $(BIN)/python tools/task_costs.py $(TASK_COSTS) 30 | sed 's/^/   /'; \
 	  } | tee $(BUILD)/test-times.txt; \
 	  exit $$rc

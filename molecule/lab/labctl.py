@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import typing as t
@@ -66,9 +67,14 @@ def main(argv: t.List[str]) -> int:
     execute.add_argument("name")
     execute.add_argument("cmd", nargs=argparse.REMAINDER)
     sub.add_parser("machine-state", help="say whether this machine's lab caches (images, compile cache) are empty or filled")
+    compiles = sub.add_parser("compiles", help="the compile cache's calls since a time: hits, compiles and their CPU")
+    compiles.add_argument("--since", type=float, default=0.0, help="seconds since the epoch")
     args = parser.parse_args(argv)
     if args.command == "machine-state":
         print(machine_state())
+        return 0
+    if args.command == "compiles":
+        print(compile_report(args.since))
         return 0
     if args.command in ("status", "exec"):
         return run_command(args)
@@ -91,6 +97,34 @@ def machine_state() -> str:
     if len(images) == 1 + len(STACKS) and entries:
         return "warm machine (%s)" % what
     return "partly warm machine (%s)" % what
+
+
+def compile_report(since: float) -> str:
+    """What the lab's compile cache did since a time (its log: one line per nvcc call): the hits, the real compiles,
+    their CPU (nvcc and what it ran) and their wait for one of the machine's job slots."""
+    calls = []
+    try:
+        with open(os.path.join(NVCC_CACHE, "log.jsonl")) as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("time", 0) >= since:
+                    calls.append(entry)
+    except OSError:
+        pass
+    compiled = [entry for entry in calls if entry.get("result") in ("miss", "off")]
+    hits = sum(1 for entry in calls if entry.get("result") == "hit")
+    measured = [entry for entry in compiled if "cpu" in entry]
+    cpu = sum(entry["cpu"] for entry in measured)
+    waited = sum(entry.get("slot_wait", 0) for entry in measured)
+    hosts = len({entry.get("host") for entry in compiled})
+    text = "%d compiled (on %d nodes), %d hits" % (len(compiled), hosts, hits)
+    if measured:
+        text += "; the compiles' CPU (nvcc and what it ran): %.1f core-seconds%s; waits for a job slot: %d s in all" % (
+            cpu, "" if len(measured) == len(compiled) else " (%d of them measured)" % len(measured), waited)
+    return text + " (%s)" % os.path.join(NVCC_CACHE, "log.jsonl")
 
 
 def run_command(args: argparse.Namespace) -> int:

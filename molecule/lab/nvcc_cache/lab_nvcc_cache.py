@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -122,9 +123,19 @@ def job_slot() -> t.Iterator[None]:
         time.sleep(0.25)
 
 
-def compile_now(argv: t.List[str]) -> int:
+def compile_now(argv: t.List[str], cost: t.Optional[t.Dict[str, float]] = None) -> int:
+    """One real compile in one of the machine's slots; cost gets its wait for the slot and the CPU seconds of nvcc and
+    everything it ran (cicc, ptxas, the host compiler: reaped by nvcc, so in nvcc's own children's usage)."""
+    asked = time.monotonic()
     with job_slot():
-        return subprocess.call(argv)
+        began = time.monotonic()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rc = subprocess.call(argv)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cost is not None:
+        cost["slot_wait"] = round(began - asked, 2)
+        cost["cpu"] = round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 2)
+    return rc
 
 
 @contextlib.contextmanager
@@ -195,7 +206,8 @@ def main(argv: t.List[str]) -> int:
                     return 0
             except OSError:
                 continue
-        rc = compile_now(argv)
+        cost: t.Dict[str, float] = {}
+        rc = compile_now(argv, cost)
         if rc != 0:
             return rc
         with open(dep) as handle:
@@ -206,7 +218,7 @@ def main(argv: t.List[str]) -> int:
             write_atomic(os.path.join(CACHE, "objects", object_sum), handle.read())
         entries.append({"deps": deps, "object": object_sum, "depfile": normal(depfile)})
         write_atomic(manifest_path, json.dumps(entries).encode())
-        log({"result": "miss", "source": src, "seconds": round(time.monotonic() - started, 2)})
+        log(dict(cost, result="miss", source=src, seconds=round(time.monotonic() - started, 2)))
         return 0
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -187,3 +188,34 @@ def test_real_compiles_share_the_machines_job_slots(tmp_path: t.Any) -> None:
         running += step
         most = max(most, running)
     assert most == 2
+
+
+def test_a_compile_records_its_cpu_and_the_report_adds_them_up(tmp_path: t.Any) -> None:
+    """A compile whose nvcc runs a busy child (as nvcc runs cicc and ptxas) logs that child's CPU seconds and its wait
+    for a slot; a hit logs no CPU; labctl's report counts both and adds up the compiles' CPU."""
+    nvcc = toolkit(tmp_path, "cuda-13.0")
+    busy = "%s -c 'import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass'" % sys.executable
+    (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC.replace("echo x >>", busy + "; echo x >>"))
+    (tmp_path / "cache").mkdir()
+    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
+               LAB_NVCC_DENY=str(tmp_path / "no-deny"))
+    (tmp_path / "k.cu").write_text("kernel 1\n")
+    (tmp_path / "build").mkdir()
+    out = str(tmp_path / "build" / "k.cuda.o")
+    for _ in range(2):
+        subprocess.run([sys.executable, script, nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d",
+                        "-c", str(tmp_path / "k.cu"), "-o", out], env=env, check=True)
+    logged = [json.loads(line) for line in (tmp_path / "cache" / "log.jsonl").read_text().splitlines()]
+    assert [entry["result"] for entry in logged] == ["miss", "hit"]
+    assert logged[0]["cpu"] >= 0.35 and logged[0]["slot_wait"] >= 0
+    assert "cpu" not in logged[1]
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "molecule", "lab", "labctl.py"), "compiles", "--since", "0"],
+                            env=dict(os.environ, INFEROPS_LAB_NVCC_CACHE=str(tmp_path / "cache")),
+                            capture_output=True, text=True, check=True).stdout
+    assert report.startswith("1 compiled (on 1 nodes), 1 hits; the compiles' CPU (nvcc and what it ran): "), report
+    assert float(report.split("ran): ", 1)[1].split(" ", 1)[0]) >= 0.4, report
+    later = subprocess.run([sys.executable, os.path.join(ROOT, "molecule", "lab", "labctl.py"), "compiles", "--since",
+                            str(logged[1]["time"] + 1)], env=dict(os.environ, INFEROPS_LAB_NVCC_CACHE=str(tmp_path / "cache")),
+                           capture_output=True, text=True, check=True).stdout
+    assert later.startswith("0 compiled (on 0 nodes), 0 hits ("), later
