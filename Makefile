@@ -86,9 +86,10 @@ test-suite: debs venv link
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
 	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
 	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
-	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun ))" > $(BUILD)/checks.time ) & checks=$$!; \
-	  lab=0; begun=$$(date +%s); $(MAKE) --no-print-directory lab-images || lab=$$?; \
-	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun ))"; \
+	   times > $(BUILD)/checks.cpu; \
+	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/checks.cpu)" > $(BUILD)/checks.time ) & checks=$$!; \
+	  lab=0; begun=$$(date +%s); ( rc=0; $(MAKE) --no-print-directory lab-images || rc=$$?; times > $(BUILD)/images.cpu; exit $$rc ) || lab=$$?; \
+	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/images.cpu)"; \
 	  test $$lab -ne 0 || $(MAKE) --no-print-directory molecule || lab=$$?; \
 	  wait $$checks || true; echo "== lint, sanity, unit tests, Galaxy's importer and the docs site, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
 	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
