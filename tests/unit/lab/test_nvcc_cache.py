@@ -203,7 +203,7 @@ def test_a_compile_records_its_cpu_and_the_report_adds_them_up(tmp_path: t.Any) 
     (tmp_path / "k.cu").write_text("kernel 1\n")
     (tmp_path / "build").mkdir()
     out = str(tmp_path / "build" / "k.cuda.o")
-    for _ in range(2):
+    for _attempt in range(2):
         subprocess.run([sys.executable, script, nvcc, "--generate-dependencies-with-compile", "-MF", out + ".d",
                         "-c", str(tmp_path / "k.cu"), "-o", out], env=env, check=True)
     logged = [json.loads(line) for line in (tmp_path / "cache" / "log.jsonl").read_text().splitlines()]
