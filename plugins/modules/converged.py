@@ -54,9 +54,11 @@ options:
         C(state=record) only. Each a dict with C(role) (the role that would change it) and one of C(paths) (each a file:
         its sha256, or its size and modification time over 4 MiB; a directory: each file's size and modification time,
         C(__pycache__) left out; a link: its target; absent: C(absent); a glob pattern: each match), C(units) (systemd
-        units: each one's active state, unit file state and whether it awaits a daemon-reload), C(health) (services, each
-        with C(name) and C(health_url): HTTP 200 now, at the record and at every check), C(debs) (Debian packages: their
-        versions and status).
+        units: each one's active state, unit file state and whether it awaits a daemon-reload), C(unit_settings)
+        (systemd units: what systemd will run them with, property by property -- their drop-ins, environment files,
+        C(Environment=), user, C(ExecStartPre=) and C(ExecStart=) command lines -- as systemd itself reports them, so a
+        drop-in added by hand is a difference), C(health) (services, each with C(name) and C(health_url): HTTP 200 now, at
+        the record and at every check), C(debs) (Debian packages: their versions and status).
     type: list
     elements: dict
     default: []
@@ -194,6 +196,43 @@ def unit_values(units: t.List[str]) -> t.Dict[str, str]:
     return values
 
 
+# What a unit runs with, as systemd reports it after reading the unit file and every drop-in.
+UNIT_SETTINGS = ("DropInPaths", "EnvironmentFiles", "Environment", "User", "ExecStartPre", "ExecStart")
+
+
+def setting_value(name: str, values: t.List[str]) -> str:
+    """One property's value: a command line without its run-time fields (pid, times, status), a list in systemd's order."""
+    if name.startswith("Exec"):
+        kept = []
+        for value in values:
+            parts = [part.strip().strip("{}").strip() for part in value.split(" ; ")]
+            kept.append(" ".join(part for part in parts if part.startswith(("path=", "argv[]="))))
+        values = kept
+    return "; ".join(value for value in values if value) or "none"
+
+
+def unit_setting_values(units: t.List[str]) -> t.Dict[str, t.Dict[str, str]]:
+    """Every unit's settings (UNIT_SETTINGS) from one systemctl call."""
+    if not units:
+        return {}
+    names = [unit if "." in unit else unit + ".service" for unit in units]
+    try:
+        result = subprocess.run(["systemctl", "show", "--property=Id," + ",".join(UNIT_SETTINGS), *names],
+                                capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {unit: {name: "unknown (%s)" % error for name in UNIT_SETTINGS} for unit in units}
+    blocks = result.stdout.strip().split("\n\n")
+    found = {}
+    for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
+        props: t.Dict[str, t.List[str]] = {}
+        for line in block.splitlines():
+            name, separator, value = line.partition("=")
+            if separator:
+                props.setdefault(name, []).append(value)
+        found[unit] = {name: setting_value(name, props.get(name) or []) for name in UNIT_SETTINGS}
+    return found
+
+
 def health_value(url: str) -> str:
     """The service's answer, asked from the node itself (no proxy: the URL is the service's own address)."""
     try:
@@ -221,11 +260,13 @@ def flatten(groups: t.List[t.Dict[str, t.Any]]) -> t.List[t.Dict[str, t.Any]]:
     items: t.List[t.Dict[str, t.Any]] = []
     for group in groups:
         role = str(group.get("role") or "?")
-        unknown = sorted(set(group) - {"role", "paths", "units", "health", "debs"})
+        unknown = sorted(set(group) - {"role", "paths", "units", "unit_settings", "health", "debs"})
         if unknown:
-            raise ValueError("an item of role %s has %s: give paths, units, health or debs" % (role, ", ".join(unknown)))
+            raise ValueError("an item of role %s has %s: give paths, units, unit_settings, health or debs" % (role, ", ".join(unknown)))
         items += [{"role": role, "path": str(path)} for path in group.get("paths") or []]
         items += [{"role": role, "unit": str(unit)} for unit in group.get("units") or []]
+        items += [{"role": role, "unit_setting": str(unit), "property": name}
+                  for unit in group.get("unit_settings") or [] for name in UNIT_SETTINGS]
         items += [{"role": role, "name": str(service.get("name", "?")), "health_url": str(service["health_url"])}
                   for service in group.get("health") or []]
         if group.get("debs"):
@@ -238,22 +279,27 @@ def item_label(item: t.Dict[str, t.Any]) -> str:
         return "file " + str(item["path"])
     if item.get("unit"):
         return "unit " + str(item["unit"])
+    if item.get("unit_setting"):
+        return "unit %s, %s (systemd's account, drop-ins included)" % (item["unit_setting"], item.get("property"))
     if item.get("health_url"):
         return "health of %s (%s)" % (item.get("name", "?"), item["health_url"])
     if item.get("debs"):
         return "packages " + ", ".join(item["debs"])
-    raise ValueError("an item needs path, unit, health_url or debs: %s" % json.dumps(item, sort_keys=True))
+    raise ValueError("an item needs path, unit, unit_setting, health_url or debs: %s" % json.dumps(item, sort_keys=True))
 
 
 def current_values(items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
     """What each item is now, in the order given (the units in one systemctl call)."""
     units = unit_values([str(item["unit"]) for item in items if item.get("unit")])
+    settings = unit_setting_values(sorted({str(item["unit_setting"]) for item in items if item.get("unit_setting")}))
     values = []
     for item in items:
         if item.get("path"):
             values.append(path_value(str(item["path"])))
         elif item.get("unit"):
             values.append(units[str(item["unit"])])
+        elif item.get("unit_setting"):
+            values.append(settings[str(item["unit_setting"])].get(str(item.get("property")), "unknown property"))
         elif item.get("health_url"):
             values.append(health_value(str(item["health_url"])))
         else:
@@ -311,7 +357,9 @@ def check(path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
         # a service must answer now, whatever it answered then
         want = "healthy" if item.get("health_url") else str(item.get("value"))
         if now != want:
-            drift.append({"role": str(item.get("role", "?")), "what": item_label(item), "want": short(want), "have": short(now)})
+            # a unit's settings whole: the drop-in or file a person must find is in them
+            shown = str if item.get("unit_setting") else short
+            drift.append({"role": str(item.get("role", "?")), "what": item_label(item), "want": shown(want), "have": shown(now)})
     return {"converged": not drift, "drift": drift, "report": record.get("report") or {}}
 
 

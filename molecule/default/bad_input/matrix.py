@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The bad-input matrix: every case in cases.yml, in ONE `ansible-playbook playbooks/site.yml` run.
+"""The bad-input matrix: every case in cases.yml, in ONE `ansible-playbook playbooks/site.yml` run; then the rollout's
+own settings (cases.yml's rollout: site.yml's and remediate.yml's play variables), a run each, refused on the controller.
 
 Each case becomes an inventory host of its own that points at a lab node (site-pro6000, converged, or the
 spare site-mixed) and carries the case's variables, so one run checks them all in parallel
@@ -137,8 +138,9 @@ def rollback_case(case: t.Mapping[str, t.Any], inventory: str, node: t.Mapping[s
     return {"name": case["name"], "seconds": seconds, "problems": problems, "log": "rollback-%d.log" % number}
 
 
-def run_site(inventory: str, args: t.List[str], log: str, report: t.Optional[str] = None) -> t.Tuple[int, str, float]:
-    """ansible-playbook playbooks/site.yml with args; returns (rc, output, wall seconds). report: each host's first failure."""
+def run_site(inventory: str, args: t.List[str], log: str, report: t.Optional[str] = None,
+             playbook: str = "site.yml") -> t.Tuple[int, str, float]:
+    """ansible-playbook playbooks/<playbook> with args; returns (rc, output, wall seconds). report: each host's first failure."""
     # LAB: 49 inventory names of the same two nodes, on a machine that runs other scenarios' nodes too: an SSH
     # handshake can take longer than Ansible's default 10 s there (a production node's sshd is not that loaded)
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_TIMEOUT=os.environ.get("ANSIBLE_TIMEOUT", "60"))
@@ -149,7 +151,7 @@ def run_site(inventory: str, args: t.List[str], log: str, report: t.Optional[str
         env.update(BAD_INPUT_REPORT=report, ANSIBLE_CALLBACK_PLUGINS=":".join(plugins), ANSIBLE_CALLBACKS_ENABLED=",".join(enabled))
     started = time.monotonic()
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory,
-                           os.path.join(ROOT, "playbooks", "site.yml")] + args, capture_output=True, text=True, env=env, check=False)
+                           os.path.join(ROOT, "playbooks", playbook)] + args, capture_output=True, text=True, env=env, check=False)
     output = done.stdout + done.stderr
     with open(log, "w") as handle:
         handle.write(output)
@@ -217,6 +219,35 @@ def refusals(args: argparse.Namespace, cases: t.List[t.Dict[str, t.Any]], nodes:
     return 1 if bad or changed else 0
 
 
+def rollout_refusals(args: argparse.Namespace, cases: t.List[t.Dict[str, t.Any]], nodes: t.Dict[str, t.Dict[str, t.Any]]) -> int:
+    """The rollout's own settings (site.yml's and remediate.yml's play variables), each in a run of its own: refused on
+    the controller before any node is read, naming the variable and the values that work; the node unchanged."""
+    node = nodes["site-pro6000"]
+    rows, bad = [], 0
+    for number, case in enumerate(cases, start=1):
+        extra = os.path.join(args.out, "rollout-%d.json" % number)
+        with open(extra, "w") as handle:
+            json.dump(dict(case["vars"], **{case["playbook"].split(".")[0] + "_hosts": "site-pro6000"}), handle)
+        before = ssh(node, SNAPSHOT)
+        rc, output, seconds = run_site(args.inventory, ["-e", "@" + extra], os.path.join(args.out, "rollout-%d.log" % number),
+                                       playbook=case["playbook"])
+        after = ssh(node, SNAPSHOT)
+        problems = ["the run succeeded"] if rc == 0 else []
+        problems += ["output lacks %r" % pattern for pattern in case["expect"] if not re.search(pattern, output)]
+        if "PLAY [Read every node" in output:
+            problems.append("a node was read before the refusal")
+        if before != after:
+            problems.append("the node changed during the run")
+        bad += bool(problems)
+        rows.append({"name": case["name"], "playbook": case["playbook"], "seconds": seconds, "problems": problems})
+        print("%-8s %-56s %5.1f s %s" % ("rollout", case["name"][:56], seconds,
+                                         "; ".join(problems) or "refused on the controller, node unchanged"))
+    print("%d rollout setting(s) refused as expected, %d not" % (len(rows) - bad, bad))
+    with open(os.path.join(args.out, "bad-input-rollout.json"), "w") as handle:
+        json.dump({"rollout": rows}, handle, indent=2)
+    return 1 if bad else 0
+
+
 def alone_and_rollbacks(args: argparse.Namespace, matrix: t.Mapping[str, t.Any], nodes: t.Dict[str, t.Dict[str, t.Any]]) -> int:
     """The cases marked alone, each in a run of its own (timed: what one refusal costs an operator), then each change
     that breaks the service, each in a run of its own that must roll the node back."""
@@ -277,6 +308,7 @@ def main(argv: t.List[str]) -> int:
     rc = 0
     if args.part in ("all", "refusals"):
         rc |= refusals(args, matrix["cases"], nodes)
+        rc |= rollout_refusals(args, matrix.get("rollout", []), nodes)
     if args.part in ("all", "rollbacks"):
         rc |= alone_and_rollbacks(args, matrix, nodes)
     return rc

@@ -26,11 +26,15 @@ reports is what a service would get.
   check   the preflight (ExecStartPre=): in seconds, exit 0 when nvcc at CUDA_HOME
           satisfies the GPUs, the arch set matches them, every module is cached
           and was derived from the services' configurations as they are now;
-          otherwise exit 1 with the cause and the fix
+          otherwise exit 1 with the cause and the fix. --unit NAME (a unit's
+          ExecStartPre=, %n): the environment systemd gave it (drop-ins
+          included) must hold every pinned value; --units: the same for each
+          enabled or running SGLang unit, seen from outside it
   metrics (--output FILE [--user NAME]) the check's verdict as node_exporter
           textfile metrics, written atomically (ready, each cause, modules
-          cached vs expected, versions, archs); run as root, the check itself
-          runs as NAME (the services' user); exit 0 whatever the verdict
+          cached vs expected, versions, archs), the units' environment
+          included (as check --units); run as root, the check itself runs as
+          NAME (the services' user); exit 0 whatever the verdict
 
   export  (--output FILE) pack the compiled modules of this node's plan, their
           generated sources, ninja's records and the warm-up record, with a
@@ -55,6 +59,7 @@ import io
 import json
 import os
 import pwd
+import shlex
 import shutil
 import struct
 import subprocess
@@ -259,6 +264,137 @@ def cubin_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.Li
                  "; then re-run the inferops.blackwell site playbook" if provided else ""))]
 
 
+# The environment a service really runs with. systemd builds it from every Environment= and EnvironmentFile= of the
+# unit, drop-ins included; a drop-in left from a hand fix (EnvironmentFile= of an old CUDA_HOME) changes what FlashInfer
+# compiles with while every file the roles wrote is as they wrote it. So the pinned names are compared with what the
+# unit gets: in its ExecStartPre= (check --unit %n) the process's own environment, which systemd built; from outside
+# (check --units, the readiness metrics) a running unit's main process's environment, or, for a unit not running,
+# systemd's own account of its settings (systemctl show: Environment=, then EnvironmentFiles= in order, which override
+# Environment=, as systemd.exec(5) says).
+UNIT_PROPERTIES = ("Id", "ActiveState", "UnitFileState", "MainPID", "DropInPaths", "EnvironmentFiles", "Environment")
+
+
+def unit_names(config: t.Dict[str, t.Any]) -> t.List[str]:
+    """The SGLang units of this node: one per configuration in sglang_config_dir (sglang_service writes both)."""
+    return [os.path.basename(path)[: -len(".yaml")] + ".service" for path in sglang_configs(config)]
+
+
+def systemd_units(units: t.List[str]) -> t.Dict[str, t.Dict[str, t.List[str]]]:
+    """systemctl show for the units, each property's values (EnvironmentFiles= comes once per file)."""
+    if not units:
+        return {}
+    try:
+        done = subprocess.run(["systemctl", "show", *["--property=" + name for name in UNIT_PROPERTIES], "--", *units],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found: t.Dict[str, t.Dict[str, t.List[str]]] = {}
+    for block in done.stdout.strip().split("\n\n"):
+        props: t.Dict[str, t.List[str]] = {}
+        for line in block.splitlines():
+            name, separator, value = line.partition("=")
+            if separator:
+                props.setdefault(name, []).append(value)
+        if props.get("Id"):
+            found[props["Id"][0]] = props
+    return found
+
+
+def process_environment(pid: int) -> t.Optional[t.Dict[str, str]]:
+    """A process's environment as the kernel holds it (the service user may read its own processes')."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    env = {}
+    for entry in raw.split(b"\0"):
+        name, separator, value = entry.decode("utf-8", "replace").partition("=")
+        if separator:
+            env[name] = value
+    return env
+
+
+def settings_environment(props: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str, str], t.Dict[str, str], t.List[str]]:
+    """A unit's environment from systemd's account of its settings: Environment= assignments, then each EnvironmentFiles=
+    entry in order. Returns the environment, where each name came from, and the files that could not be read."""
+    env: t.Dict[str, str] = {}
+    origin: t.Dict[str, str] = {}
+    for value in props.get("Environment") or []:
+        for assignment in shlex.split(value):
+            name, separator, text = assignment.partition("=")
+            if separator:
+                env[name], origin[name] = text, "Environment="
+    unreadable = []
+    for entry in props.get("EnvironmentFiles") or []:
+        path, _space, flags = entry.partition(" ")
+        try:
+            values = read_env_file(path)
+        except OSError:
+            if "ignore_errors=yes" not in flags:
+                unreadable.append(path)
+            continue
+        for name, text in values.items():
+            env[name], origin[name] = text, path
+    return env, origin, unreadable
+
+
+def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str, str], how: str, *,
+                         props: t.Optional[t.Dict[str, t.List[str]]] = None,
+                         origin: t.Optional[t.Dict[str, str]] = None) -> t.List[t.Tuple[str, str]]:
+    """The pinned names whose value differs in what the unit runs with (env), named with where they come from."""
+    pinned = read_env_file(config["env_file"])
+    wrong = ["%s=%s (pinned: %s)" % (name, env[name] if name in env else "<unset>", pinned[name])
+             for name in sorted(pinned) if env.get(name) != pinned[name]]
+    if not wrong:
+        return []
+    if props is None:
+        props = systemd_units([unit]).get(unit) or {}
+    dropins = " ".join(props.get("DropInPaths") or []).split()
+    files = [entry.partition(" ")[0] for entry in props.get("EnvironmentFiles") or []]
+    setters = sorted({origin[name] for name in pinned if origin and name in origin and origin[name] != config["env_file"]})
+    # "its environment differs from the pinned one": the words sglang_service's diagnosis looks for (a cause the roles
+    # cannot repair: an operator's file)
+    return [("unit_environment", "%s: its environment differs from the pinned one (%s): it %s %s. FlashInfer and SGLang "
+             "would use another toolkit or setting than the one the cache was warmed with. Set by: %s; the unit's drop-ins "
+             "(systemd's DropInPaths): %s; its environment files, in the order systemd reads them (a later one wins): %s. "
+             "Fix: remove these names from the drop-in (or the drop-in) or the file that sets them, then systemctl "
+             "daemon-reload and restart the unit; a value this node needs goes in cuda_env_extra, which pins it for every "
+             "consumer (the roles do not delete an operator's file)." % (
+                 unit, config["env_file"], how, "; ".join(wrong), ", ".join(setters) or "a drop-in (systemd's account)",
+                 ", ".join(dropins) or "none", ", ".join(files) or "none"))]
+
+
+def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+    """Each SGLang unit that is enabled or running, from outside it: what its main process runs with, if it runs, and
+    what it would start with now (a drop-in added since its start shows there before a restart makes it fail)."""
+    problems: t.List[t.Tuple[str, str]] = []
+    units = unit_names(config)
+    shown = systemd_units(units)
+    for unit in units:
+        props = shown.get(unit)
+        if not props:
+            continue
+        state = (props.get("ActiveState") or [""])[0]
+        if (props.get("UnitFileState") or [""])[0] != "enabled" and state not in ("active", "activating", "reloading"):
+            continue
+        env, origin, unreadable = settings_environment(props)
+        pid = int((props.get("MainPID") or ["0"])[0] or 0)
+        running = process_environment(pid) if pid > 0 and state == "active" else None
+        if running is not None:
+            problems += environment_problems(config, unit, running, "runs with", props=props, origin=origin)
+        files = [entry.partition(" ")[0] for entry in props.get("EnvironmentFiles") or []]
+        # root-only files (sglang_service_secrets) come before the pinned file, which wins over them: only a file read
+        # after the pinned one could change a pinned name
+        later = set(files[files.index(config["env_file"]) + 1:] if config["env_file"] in files else files)
+        if set(unreadable) & later:
+            problems.append(("unit_environment", "%s: its environment differs from the pinned one, or may: it would start "
+                             "with %s, which %s cannot read. Fix: make them readable, or move their names to cuda_env_extra."
+                             % (unit, ", ".join(sorted(set(unreadable) & later)), pwd.getpwuid(os.getuid()).pw_name)))
+        problems += [problem for problem in environment_problems(config, unit, env, "would start with", props=props, origin=origin)
+                     if problem not in problems]
+    return problems
+
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     """Causes and fixes; empty when the services would start."""
     return [text for _cause, text in diagnose(config, view)]
@@ -267,7 +403,8 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
 # Readiness for a fleet's dashboards: the preflight's verdict in node_exporter's text format (its textfile collector
 # reads every *.prom file of one directory). Causes are fixed words, so an alert can group by them.
 CAUSES = ("no_ninja", "no_python", "flashinfer_error", "no_arch", "arch_mismatch", "cuda_too_old", "not_warmed",
-          "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed", "trtllm_cubins")
+          "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed", "trtllm_cubins",
+          "unit_environment")
 
 
 def label_value(text: t.Any) -> str:
@@ -520,6 +657,10 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser.add_argument("--archive", metavar="FILE", help="import: the artifact from the store")
     parser.add_argument("--sha256", metavar="HEX", help="import: its checksum as the store lists it")
     parser.add_argument("--user", metavar="NAME", help="metrics: the services' user, whom the preflight runs as")
+    parser.add_argument("--unit", metavar="NAME", help="check: run as NAME's ExecStartPre= (%%n): the environment systemd "
+                        "gave this process must hold the pinned values")
+    parser.add_argument("--units", action="store_true", help="check: also the environment each enabled or running SGLang "
+                        "unit runs with, or would start with")
     parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import", "metrics", "verdict"))
     args = parser.parse_args(argv)
     if args.command == "metrics":
@@ -536,8 +677,11 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     config = load_config(args.config)
     if args.command == "verdict":
         view = inner(config, "probe")
-        print(json.dumps({"view": view, "problems": diagnose(config, view)}, sort_keys=True))
+        print(json.dumps({"view": view, "problems": diagnose(config, view) + units_environment_problems(config)},
+                         sort_keys=True))
         return 0
+    if (args.unit or args.units) and args.command != "check":
+        parser.error("--unit and --units go with check only")
     if args.command in ("export", "import"):
         if (args.command == "export" and not args.output) or (args.command == "import" and not (args.archive and args.sha256)):
             parser.error("export needs --output; import needs --archive and --sha256")
@@ -581,13 +725,18 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
         return 1 if view.get("error") else 0
     view = inner(config, "probe")
     problems = check(config, view)
+    if args.unit:
+        problems += [text for _cause, text in environment_problems(config, args.unit, dict(os.environ), "starts with")]
+    if args.units:
+        problems += [text for _cause, text in units_environment_problems(config)]
     if problems:
         for problem in problems:
             print("inferops-flashinfer check: FAIL: " + problem, file=sys.stderr)
         return 1
-    print("inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s" % (
+    print("inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s%s" % (
         view.get("flashinfer_version"), " ".join(view["archs"]), view.get("cuda_version"), view.get("cuda_home"),
-        len(view.get("modules", [])), view.get("workspace")))
+        len(view.get("modules", [])), view.get("workspace"),
+        "; %s starts with the pinned environment" % args.unit if args.unit else ""))
     cubins = view.get("trtllm_cubins") or {}
     if cubins.get("verified"):
         print("inferops-flashinfer check: ok: FlashInfer's trtllm-gen kernel set %s from %s at %s, %d files as its "

@@ -340,3 +340,95 @@ def test_a_kernel_set_of_another_release_names_flashinfer_cubin(node: t.Dict[str
     problems = tool.diagnose(node, view)
     assert [cause for cause, _text in problems] == ["flashinfer_error"]
     assert "does not match" in problems[0][1] and "flashinfer_cubin: true" in problems[0][1]
+
+
+# --- the environment a unit really runs with (check --unit, check --units, the readiness metrics)
+
+DROP_IN = "/etc/systemd/system/sglang-ar.service.d/override.conf"
+
+
+def unit_props(node: t.Dict[str, t.Any], old_env: str, **extra: t.List[str]) -> t.Dict[str, t.List[str]]:
+    """systemctl show's account of sglang-ar with a hand-made drop-in that loads old_env after the pinned file."""
+    props = {"Id": ["sglang-ar.service"], "ActiveState": ["failed"], "UnitFileState": ["enabled"], "MainPID": ["0"],
+             "DropInPaths": [DROP_IN], "Environment": ["CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1"],
+             "EnvironmentFiles": ["%s (ignore_errors=no)" % node["env_file"], "%s (ignore_errors=no)" % old_env]}
+    props.update(extra)
+    return props
+
+
+@pytest.fixture(name="pinned")
+def fixture_pinned(node: t.Dict[str, t.Any], tmp_path: t.Any) -> t.Dict[str, t.Any]:
+    """The node above, its environment file pinning CUDA_HOME, and a configuration for sglang-ar."""
+    with open(node["env_file"], "a") as handle:
+        handle.write("CUDA_HOME='/usr/local/cuda-13.0'\n")
+    configs = tmp_path / "sglang"
+    configs.mkdir()
+    (configs / "sglang-ar.yaml").write_text("model-path: /models/demo\n")
+    old = tmp_path / "old-cuda.env"
+    old.write_text("CUDA_HOME=/usr/local/cuda-12.8\n")
+    return dict(node, sglang_config_dir=str(configs), old_env=str(old))
+
+
+def test_a_unit_started_with_the_pinned_environment_passes(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tool, "systemd_units", lambda units: pytest.fail("systemd is asked only about a difference"))
+    env = dict(tool.read_env_file(pinned["env_file"]), HOME="/var/lib/sglang", CUDA_VISIBLE_DEVICES="0")
+    assert tool.environment_problems(pinned, "sglang-ar.service", env, "starts with") == []
+
+
+def test_a_drop_in_that_moves_cuda_home_is_refused_naming_it(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """ExecStartPre (check --unit %n): the process's own environment, built by systemd, holds 12.8; the text names the
+    name, both values, the drop-in from systemd's DropInPaths, the file and the fix, and the cause is unit_environment."""
+    monkeypatch.setattr(tool, "systemd_units", lambda units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
+    env = dict(tool.read_env_file(pinned["env_file"]), CUDA_HOME="/usr/local/cuda-12.8")
+    (problem,) = tool.environment_problems(pinned, "sglang-ar.service", env, "starts with")
+    assert problem[0] == "unit_environment" and problem[0] in tool.CAUSES
+    assert "sglang-ar.service: its environment differs from the pinned one (%s)" % pinned["env_file"] in problem[1]
+    assert "starts with CUDA_HOME=/usr/local/cuda-12.8 (pinned: /usr/local/cuda-13.0)" in problem[1]
+    assert "(systemd's DropInPaths): %s" % DROP_IN in problem[1]
+    assert pinned["old_env"] in problem[1] and "daemon-reload" in problem[1] and "cuda_env_extra" in problem[1]
+
+
+def test_systemds_settings_read_in_its_order(pinned: t.Dict[str, t.Any]) -> None:
+    """Environment= first, then each environment file in order, a later one winning; a file systemd may skip is not
+    counted as unreadable."""
+    props = unit_props(pinned, pinned["old_env"], Environment=['CUDA_HOME=/from/environment "SPACED=a b"'])
+    props["EnvironmentFiles"].append("/nonexistent/optional.env (ignore_errors=yes)")
+    env, origin, unreadable = tool.settings_environment(props)
+    assert env["CUDA_HOME"] == "/usr/local/cuda-12.8" and origin["CUDA_HOME"] == pinned["old_env"]
+    assert env["SPACED"] == "a b" and origin["SPACED"] == "Environment="
+    assert unreadable == []
+    props["EnvironmentFiles"].append("/nonexistent/required.env (ignore_errors=no)")
+    assert tool.settings_environment(props)[2] == ["/nonexistent/required.env"]
+
+
+def test_units_seen_from_outside(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """check --units: a running unit by its main process's environment and by what it would start with now; a unit
+    neither enabled nor running is not looked at."""
+    pinned_env = tool.read_env_file(pinned["env_file"])
+    shown = {"sglang-ar.service": unit_props(pinned, pinned["old_env"], ActiveState=["active"], MainPID=["4242"])}
+    monkeypatch.setattr(tool, "systemd_units", lambda units: shown)
+    monkeypatch.setattr(tool, "process_environment", lambda pid: dict(pinned_env) if pid == 4242 else None)
+    problems = tool.units_environment_problems(pinned)
+    # it runs with the pinned values (started before the drop-in), but would start with 12.8
+    assert [text for _cause, text in problems if "it runs with" in text] == []
+    assert [cause for cause, text in problems if "it would start with CUDA_HOME=/usr/local/cuda-12.8" in text] == ["unit_environment"]
+    shown["sglang-ar.service"] = unit_props(pinned, pinned["old_env"], ActiveState=["inactive"], UnitFileState=["disabled"])
+    assert tool.units_environment_problems(pinned) == []
+    shown["sglang-ar.service"] = unit_props(pinned, pinned["env_file"], DropInPaths=[""])
+    assert tool.units_environment_problems(pinned) == []
+
+
+def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], tmp_path: t.Any) -> None:
+    config = tmp_path / "flashinfer.json"
+    config.write_text(json.dumps(dict(pinned, modules=["sampling"], derive=False)))
+    monkeypatch.setattr(tool, "inner", lambda config, action: GOOD)
+    monkeypatch.setattr(tool, "systemd_units", lambda units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
+    for name, value in tool.read_env_file(pinned["env_file"]).items():
+        monkeypatch.setenv(name, value)
+    assert tool.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 0
+    assert "sglang-ar.service starts with the pinned environment" in capsys.readouterr().out
+    monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda-12.8")
+    assert tool.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 1
+    err = capsys.readouterr().err
+    assert "check: FAIL: sglang-ar.service: its environment differs from the pinned one" in err and DROP_IN in err

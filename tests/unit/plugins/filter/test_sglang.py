@@ -196,12 +196,15 @@ def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> Non
     role's own diagnose.yml, whose URL task, rendered as Ansible would with the service's configuration, gives the plan's
     URL (a regex of remediate.yml's own once gave http://::1:30000/health for host ::1)."""
     assert plan(ar={"host": host})["units"][0]["health_url"] == url
+    # remediate.yml is rollout.yml's rollout; the diagnosis there is the role's own diagnose.yml
     with open(os.path.join(ROOT, "playbooks", "remediate.yml")) as handle:
+        assert [play["ansible.builtin.import_playbook"] for play in yaml.safe_load(handle)] == ["rollout.yml"]
+    with open(os.path.join(ROOT, "playbooks", "rollout.yml")) as handle:
         plays = yaml.safe_load(handle)
-    tasks = [task for play in plays for task in play.get("tasks", [])]
-    assert not [task for task in tasks if "ansible.builtin.uri" in task], "remediate.yml asks for health itself"
+    tasks = [task for play in plays for section in ("pre_tasks", "tasks", "post_tasks") for task in play.get(section, [])]
+    assert not [task for task in tasks if "ansible.builtin.uri" in task], "rollout.yml asks for health itself"
     includes = [task["ansible.builtin.include_role"] for task in tasks if "ansible.builtin.include_role" in task]
-    assert {"name": "inferops.blackwell.sglang_service", "tasks_from": "diagnose"} in includes
+    assert {"name": "inferops.blackwell.sglang_service", "tasks_from": "diagnose", "apply": {"tags": ["always"]}} in includes
     with open(os.path.join(ROOT, "roles", "sglang_service", "tasks", "diagnose.yml")) as handle:
         steps = yaml.safe_load(handle)
     asked = [step["ansible.builtin.set_fact"]["_sglang_service_diag_probe"]["health_url"] for step in steps

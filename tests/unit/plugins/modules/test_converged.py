@@ -51,17 +51,30 @@ def node(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Dict[str, str]:
     (tmp_path / "cache" / "__pycache__").mkdir()
     os.symlink("/usr/local/cuda-12.8", str(tmp_path / "cuda"))
     units = {"sglang-ar.service": ("active", "enabled", "no"), "sglang-spec.service": ("inactive", "disabled", "no")}
+    # what `systemctl show` says of a unit's settings (one line per value; ExecStart= with its run-time fields)
+    settings = {"sglang-ar.service": [
+        "DropInPaths=", "EnvironmentFiles=/etc/inferops/cuda.env (ignore_errors=no)",
+        "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1", "User=sglang",
+        "ExecStartPre={ path=/usr/local/sbin/inferops-flashinfer ; argv[]=/usr/local/sbin/inferops-flashinfer check --unit "
+        "sglang-ar.service ; ignore_errors=no ; start_time=[Fri 2026-12-04 10:00:00 UTC] ; stop_time=[n/a] ; pid=41 ; "
+        "code=exited ; status=0 }",
+        "ExecStart={ path=/opt/sglang/venv/bin/python ; argv[]=/opt/sglang/venv/bin/python -m sglang.launch_server ; "
+        "ignore_errors=no ; start_time=[Fri 2026-12-04 10:00:01 UTC] ; stop_time=[n/a] ; pid=42 ; code=(null) ; status=0/0 }"]}
     calls: t.List[t.List[str]] = []
 
     def fake_run(argv: t.List[str], **kwargs: t.Any) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
         assert argv[:2] == ["systemctl", "show"]
+        if "DropInPaths" in argv[2]:
+            return subprocess.CompletedProcess(argv, 0, "\n\n".join("Id=%s\n%s" % (name, "\n".join(settings[name]))
+                                                                    for name in argv[3:]) + "\n", "")
         blocks = ["Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s" % ((name,) + units[name]) for name in argv[3:]]
         return subprocess.CompletedProcess(argv, 0, "\n\n".join(blocks) + "\n", "")
 
     monkeypatch.setattr(converged.subprocess, "run", fake_run)
     return {"root": str(tmp_path), "env": str(env), "cache": str(tmp_path / "cache"), "link": str(tmp_path / "cuda"),
-            "record": str(tmp_path / "state" / "converged.json"), "units": units, "calls": calls}  # type: ignore[dict-item]
+            "record": str(tmp_path / "state" / "converged.json"), "units": units, "settings": settings,  # type: ignore[dict-item]
+            "calls": calls}  # type: ignore[dict-item]
 
 
 def items(node: t.Dict[str, t.Any], health_url: str) -> t.List[t.Dict[str, t.Any]]:
@@ -171,7 +184,7 @@ def test_check_mode_writes_no_record(capsys: pytest.CaptureFixture[str], node: t
 def test_an_item_of_an_unknown_kind_is_refused(capsys: pytest.CaptureFixture[str], node: t.Dict[str, t.Any]) -> None:
     result = run_module(converged.main, capsys, {"state": "record", "path": node["record"], "key": KEY,
                                                  "items": [{"role": "cuda_env", "files": ["/etc/x"]}]})
-    assert result["failed"] and "an item of role cuda_env has files: give paths, units, health or debs" in result["msg"]
+    assert result["failed"] and "an item of role cuda_env has files: give paths, units, unit_settings, health or debs" in result["msg"]
     assert not os.path.exists(node["record"])
 
 
@@ -184,3 +197,29 @@ def test_the_record_is_json_with_each_value(capsys: pytest.CaptureFixture[str], 
     assert by_path[node["link"]] == "link to /usr/local/cuda-12.8"
     assert by_path[node["root"] + "/absent.json"] == "absent"
     assert by_path["sglang-spec"] == "inactive, disabled"
+
+
+def test_a_drop_in_added_by_hand_is_a_difference_of_the_unit(capsys: pytest.CaptureFixture[str], node: t.Dict[str, t.Any],
+                                                             health_url: str) -> None:
+    """What systemd runs a service with, as systemd reports it: a new drop-in and its environment file are named; a
+    restart alone (new pids and times in ExecStart=) is not a difference."""
+    extra = items(node, health_url) + [{"role": "sglang_service", "unit_settings": ["sglang-ar.service"]}]
+    record(capsys, node, health_url, items=extra)
+    node["settings"]["sglang-ar.service"] = [line.replace("pid=42", "pid=4242").replace("10:00:01", "11:00:00")
+                                             for line in node["settings"]["sglang-ar.service"]]
+    assert check(capsys, node)["converged"], "a restart is not a difference"
+    node["settings"]["sglang-ar.service"][0] = "DropInPaths=/etc/systemd/system/sglang-ar.service.d/override.conf"
+    node["settings"]["sglang-ar.service"][1] += "\nEnvironmentFiles=/etc/old-cuda.env (ignore_errors=no)"
+    found = lines(check(capsys, node))
+    assert found == [
+        "sglang_service: unit sglang-ar.service, DropInPaths (systemd's account, drop-ins included): none -> "
+        "/etc/systemd/system/sglang-ar.service.d/override.conf",
+        "sglang_service: unit sglang-ar.service, EnvironmentFiles (systemd's account, drop-ins included): "
+        "/etc/inferops/cuda.env (ignore_errors=no) -> /etc/inferops/cuda.env (ignore_errors=no); /etc/old-cuda.env (ignore_errors=no)"]
+
+
+def test_a_command_line_keeps_its_path_and_argv_only() -> None:
+    value = ("{ path=/usr/bin/x ; argv[]=/usr/bin/x --unit a.service ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; "
+             "pid=0 ; code=(null) ; status=0/0 }")
+    assert converged.setting_value("ExecStart", [value]) == "path=/usr/bin/x argv[]=/usr/bin/x --unit a.service"
+    assert converged.setting_value("DropInPaths", [""]) == "none"
