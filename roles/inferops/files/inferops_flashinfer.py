@@ -280,14 +280,17 @@ def unit_names(config: t.Dict[str, t.Any]) -> t.List[str]:
 
 
 def systemd_units(units: t.List[str]) -> t.Dict[str, t.Dict[str, t.List[str]]]:
-    """systemctl show for the units, each property's values (EnvironmentFiles= comes once per file)."""
+    """systemctl show for the units, each property's values (EnvironmentFiles= comes once per file). systemd unreachable:
+    every unit's entry holds only "Error" (the cause), so that no caller takes it for a unit without settings."""
     if not units:
         return {}
     try:
         done = subprocess.run(["systemctl", "show", *["--property=" + name for name in UNIT_PROPERTIES], "--", *units],
                               capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {unit: {"Error": [str(error)]} for unit in units}
+    if done.returncode != 0:
+        return {unit: {"Error": [(done.stderr or done.stdout).strip()[-300:] or "exit %d" % done.returncode]} for unit in units}
     found: t.Dict[str, t.Dict[str, t.List[str]]] = {}
     for block in done.stdout.strip().split("\n\n"):
         props: t.Dict[str, t.List[str]] = {}
@@ -374,6 +377,11 @@ def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str
     for unit in units:
         props = shown.get(unit)
         if not props:
+            continue
+        if props.get("Error"):
+            problems.append(("unit_environment", "%s: its environment differs from the pinned one, or may: systemd could "
+                             "not be asked what it runs with (systemctl show: %s). Fix: the node's D-Bus system bus must "
+                             "answer %s." % (unit, props["Error"][0], pwd.getpwuid(os.getuid()).pw_name)))
             continue
         state = (props.get("ActiveState") or [""])[0]
         if (props.get("UnitFileState") or [""])[0] != "enabled" and state not in ("active", "activating", "reloading"):

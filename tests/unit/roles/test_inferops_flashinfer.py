@@ -432,3 +432,12 @@ def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any]
     assert tool.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 1
     err = capsys.readouterr().err
     assert "check: FAIL: sglang-ar.service: its environment differs from the pinned one" in err and DROP_IN in err
+
+
+def test_systemd_that_does_not_answer_is_a_problem_not_a_pass(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(argv: t.List[str], **kwargs: t.Any) -> t.Any:
+        return tool.subprocess.CompletedProcess(argv, 1, "", "Failed to connect to bus: No such file or directory")
+
+    monkeypatch.setattr(tool.subprocess, "run", refused)
+    (problem,) = tool.units_environment_problems(pinned)
+    assert problem[0] == "unit_environment" and "Failed to connect to bus" in problem[1]
