@@ -403,6 +403,7 @@ def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str
                      if problem not in problems]
     return problems
 
+
 def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
     """Causes and fixes; empty when the services would start."""
     return [text for _cause, text in diagnose(config, view)]
