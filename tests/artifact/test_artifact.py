@@ -198,7 +198,10 @@ def test_installed_site_and_remediate_playbooks_skip_a_host_without_gpus(install
     report = tmp / "remediate-report.json"
     remediate = run(["ansible-playbook", "-i", str(inventory), "inferops.blackwell.remediate", "-e", "remediate_report_path=%s" % report],
                     installed["env"], cwd=str(tmp))
-    assert json.loads(report.read_text()) == [{"host": "cpu-1", "status": "skipped", "causes": [], "line": "cpu-1: skipped (no GPU)"}], remediate
+    assert json.loads(report.read_text()) == [{"host": "cpu-1", "status": "skipped", "causes": [], "canary": False, "repaired": [],
+                                               "restarted": [], "started": [], "left_running": [],
+                                               "line": "cpu-1: skipped (no GPU)"}], remediate
+    assert re.search(r"cpu-1\s+:\s+ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", remediate), remediate
 
 
 def test_installed_service_role_refuses_bad_settings_before_any_change(installed: t.Dict[str, t.Any]) -> None:
