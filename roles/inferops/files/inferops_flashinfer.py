@@ -353,6 +353,9 @@ def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str,
         return []
     if props is None:
         props = systemd_units([unit]).get(unit) or {}
+    if origin is None:
+        # which of the unit's settings sets each name (systemd's account of them; the process itself cannot say)
+        origin = settings_environment(props)[1]
     dropins = " ".join(props.get("DropInPaths") or []).split()
     files = [entry.partition(" ")[0] for entry in props.get("EnvironmentFiles") or []]
     setters = sorted({origin[name] for name in pinned if origin and name in origin and origin[name] != config["env_file"]})

@@ -385,7 +385,8 @@ def test_a_drop_in_that_moves_cuda_home_is_refused_naming_it(pinned: t.Dict[str,
     assert "sglang-ar.service: its environment differs from the pinned one (%s)" % pinned["env_file"] in problem[1]
     assert "starts with CUDA_HOME=/usr/local/cuda-12.8 (pinned: /usr/local/cuda-13.0)" in problem[1]
     assert "(systemd's DropInPaths): %s" % DROP_IN in problem[1]
-    assert pinned["old_env"] in problem[1] and "daemon-reload" in problem[1] and "cuda_env_extra" in problem[1]
+    assert "Set by: %s;" % pinned["old_env"] in problem[1]
+    assert "daemon-reload" in problem[1] and "cuda_env_extra" in problem[1]
 
 
 def test_systemds_settings_read_in_its_order(pinned: t.Dict[str, t.Any]) -> None:
