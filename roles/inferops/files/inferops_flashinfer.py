@@ -347,10 +347,10 @@ def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str,
                          origin: t.Optional[t.Dict[str, str]] = None) -> t.List[t.Tuple[str, str]]:
     """The pinned names whose value differs in what the unit runs with (env), named with where they come from."""
     pinned = read_env_file(config["env_file"])
-    wrong = ["%s=%s (pinned: %s)" % (name, env[name] if name in env else "<unset>", pinned[name])
-             for name in sorted(pinned) if env.get(name) != pinned[name]]
-    if not wrong:
+    names = [name for name in sorted(pinned) if env.get(name) != pinned[name]]
+    if not names:
         return []
+    wrong = ["%s=%s (pinned: %s)" % (name, env[name] if name in env else "<unset>", pinned[name]) for name in names]
     if props is None:
         props = systemd_units([unit]).get(unit) or {}
     if origin is None:
@@ -358,7 +358,7 @@ def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str,
         origin = settings_environment(props)[1]
     dropins = " ".join(props.get("DropInPaths") or []).split()
     files = [entry.partition(" ")[0] for entry in props.get("EnvironmentFiles") or []]
-    setters = sorted({origin[name] for name in pinned if origin and name in origin and origin[name] != config["env_file"]})
+    setters = sorted({origin[name] for name in names if name in origin and origin[name] != config["env_file"]})
     # "its environment differs from the pinned one": the words sglang_service's diagnosis looks for (a cause the roles
     # cannot repair: an operator's file)
     return [("unit_environment", "%s: its environment differs from the pinned one (%s): it %s %s. FlashInfer and SGLang "
