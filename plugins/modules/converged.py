@@ -175,29 +175,45 @@ def path_value(path: str) -> str:
     return file_digest(path)
 
 
-def unit_values(units: t.List[str]) -> t.Dict[str, str]:
-    """Every unit's state from one systemctl call."""
+# A unit's state, and what it runs with as systemd reports it after reading the unit file and every drop-in.
+UNIT_STATE = ("ActiveState", "UnitFileState", "NeedDaemonReload")
+UNIT_SETTINGS = ("DropInPaths", "EnvironmentFiles", "Environment", "User", "ExecStartPre", "ExecStart")
+
+
+def unit_name(unit: str) -> str:
+    return unit if "." in unit else unit + ".service"
+
+
+def show_units(units: t.List[str]) -> t.Dict[str, t.Any]:
+    """Every unit's (full names, each once) state and settings from one systemctl call: per unit, each property's values (a property systemd
+    gives once per entry, such as EnvironmentFiles=, has several); or the call's error, as a string."""
     if not units:
         return {}
-    names = [unit if "." in unit else unit + ".service" for unit in units]
     try:
-        result = subprocess.run(["systemctl", "show", "--property=Id,ActiveState,UnitFileState,NeedDaemonReload", *names],
+        result = subprocess.run(["systemctl", "show", "--property=" + ",".join(("Id",) + UNIT_STATE + UNIT_SETTINGS), *units],
                                 capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         return {unit: "unknown (%s)" % error for unit in units}
     blocks = result.stdout.strip().split("\n\n")
-    values = {}
+    found: t.Dict[str, t.Any] = {}
     for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        value = "%s, %s" % (props.get("ActiveState", "?"), props.get("UnitFileState") or "no unit file")
-        if props.get("NeedDaemonReload") == "yes":
-            value += ", its unit file changed since systemd read it"
-        values[unit] = value
-    return values
+        props: t.Dict[str, t.List[str]] = {}
+        for line in block.splitlines():
+            name, separator, value = line.partition("=")
+            if separator:
+                props.setdefault(name, []).append(value)
+        found[unit] = props
+    return found
 
 
-# What a unit runs with, as systemd reports it after reading the unit file and every drop-in.
-UNIT_SETTINGS = ("DropInPaths", "EnvironmentFiles", "Environment", "User", "ExecStartPre", "ExecStart")
+def unit_value(props: t.Any) -> str:
+    """A unit's state: active state, unit file state, and whether it awaits a daemon-reload."""
+    if isinstance(props, str):
+        return props
+    value = "%s, %s" % ((props.get("ActiveState") or ["?"])[0], (props.get("UnitFileState") or [""])[0] or "no unit file")
+    if (props.get("NeedDaemonReload") or [""])[0] == "yes":
+        value += ", its unit file changed since systemd read it"
+    return value
 
 
 def setting_value(name: str, values: t.List[str]) -> str:
@@ -209,28 +225,6 @@ def setting_value(name: str, values: t.List[str]) -> str:
             kept.append(" ".join(part for part in parts if part.startswith(("path=", "argv[]="))))
         values = kept
     return "; ".join(value for value in values if value) or "none"
-
-
-def unit_setting_values(units: t.List[str]) -> t.Dict[str, t.Dict[str, str]]:
-    """Every unit's settings (UNIT_SETTINGS) from one systemctl call."""
-    if not units:
-        return {}
-    names = [unit if "." in unit else unit + ".service" for unit in units]
-    try:
-        result = subprocess.run(["systemctl", "show", "--property=Id," + ",".join(UNIT_SETTINGS), *names],
-                                capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return {unit: {name: "unknown (%s)" % error for name in UNIT_SETTINGS} for unit in units}
-    blocks = result.stdout.strip().split("\n\n")
-    found = {}
-    for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
-        props: t.Dict[str, t.List[str]] = {}
-        for line in block.splitlines():
-            name, separator, value = line.partition("=")
-            if separator:
-                props.setdefault(name, []).append(value)
-        found[unit] = {name: setting_value(name, props.get(name) or []) for name in UNIT_SETTINGS}
-    return found
 
 
 def health_value(url: str) -> str:
@@ -290,16 +284,17 @@ def item_label(item: t.Dict[str, t.Any]) -> str:
 
 def current_values(items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
     """What each item is now, in the order given (the units in one systemctl call)."""
-    units = unit_values([str(item["unit"]) for item in items if item.get("unit")])
-    settings = unit_setting_values(sorted({str(item["unit_setting"]) for item in items if item.get("unit_setting")}))
+    units = show_units(sorted({unit_name(str(item.get("unit") or item.get("unit_setting"))) for item in items
+                               if item.get("unit") or item.get("unit_setting")}))
     values = []
     for item in items:
         if item.get("path"):
             values.append(path_value(str(item["path"])))
         elif item.get("unit"):
-            values.append(units[str(item["unit"])])
+            values.append(unit_value(units[unit_name(str(item["unit"]))]))
         elif item.get("unit_setting"):
-            values.append(settings[str(item["unit_setting"])].get(str(item.get("property")), "unknown property"))
+            props = units[unit_name(str(item["unit_setting"]))]
+            values.append(props if isinstance(props, str) else setting_value(str(item.get("property")), props.get(str(item.get("property"))) or []))
         elif item.get("health_url"):
             values.append(health_value(str(item["health_url"])))
         else:

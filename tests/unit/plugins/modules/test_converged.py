@@ -65,10 +65,8 @@ def node(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Dict[str, str]:
     def fake_run(argv: t.List[str], **kwargs: t.Any) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
         assert argv[:2] == ["systemctl", "show"]
-        if "DropInPaths" in argv[2]:
-            return subprocess.CompletedProcess(argv, 0, "\n\n".join("Id=%s\n%s" % (name, "\n".join(settings[name]))
-                                                                    for name in argv[3:]) + "\n", "")
-        blocks = ["Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s" % ((name,) + units[name]) for name in argv[3:]]
+        blocks = ["Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s" % ((name,) + units[name])
+                  + "".join("\n" + line for line in settings.get(name, [])) for name in argv[3:]]
         return subprocess.CompletedProcess(argv, 0, "\n\n".join(blocks) + "\n", "")
 
     monkeypatch.setattr(converged.subprocess, "run", fake_run)
@@ -205,6 +203,9 @@ def test_a_drop_in_added_by_hand_is_a_difference_of_the_unit(capsys: pytest.Capt
     restart alone (new pids and times in ExecStart=) is not a difference."""
     extra = items(node, health_url) + [{"role": "sglang_service", "unit_settings": ["sglang-ar.service"]}]
     record(capsys, node, health_url, items=extra)
+    del node["calls"][:]
+    assert check(capsys, node)["converged"]
+    assert len(node["calls"]) == 1, "the units' state and settings come from one systemctl call"
     node["settings"]["sglang-ar.service"] = [line.replace("pid=42", "pid=4242").replace("10:00:01", "11:00:00")
                                              for line in node["settings"]["sglang-ar.service"]]
     assert check(capsys, node)["converged"], "a restart is not a difference"
