@@ -42,6 +42,8 @@ zoo deepseek-v2-lite deepseek-v2-lite
 zoo llama3.1-8b-fp8kv llama3.1-8b "kv-cache-dtype: fp8_e4m3"
 zoo llama3.1-8b-eagle3 llama3.1-8b "speculative-algorithm: EAGLE3" "speculative-draft-model-path: $models/eagle3-llama3.1-8b" \
   "speculative-num-steps: 3" "speculative-eagle-topk: 1" "speculative-num-draft-tokens: 4"
+# a Kimi-K2.6-shaped model (MLA, 64 heads on the one GPU): planned through SGLang's own MLA attention layer
+zoo kimi-k2.6 kimi-k2.6
 request=$($py -c 'import glob, json; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sorted(glob.glob("/tmp/sgl-zoo/*.yaml"))}))')
 side=roles/inferops/files/inferops_flashinfer_venv.py
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/gpu-memory-before.txt"
@@ -55,6 +57,7 @@ done
 wait $pid; rc=$?
 echo "GPU memory used (MiB) before the plan: $(cat "$out/gpu-memory-before.txt"), highest while it ran: $peak" >> "$out/summary.txt"
 step plan $rc $(( $(date +%s) - t0 ))
+if [ -n "${PLAN_ONLY:-}" ]; then touch "$out/done"; exit 0; fi  # the derivation alone (PLAN_ONLY=1): minutes of warm-up saved
 t0=$(date +%s)
 $py $side warm "$request" > "$out/warm.out" 2> "$out/warm.err"; step warm $? $(( $(date +%s) - t0 ))
 t0=$(date +%s)

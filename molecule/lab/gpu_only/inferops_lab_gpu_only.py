@@ -8,7 +8,8 @@ by a role. sgl-kernel (SGLang's CUDA kernels) and torchvision's PyPI build link 
 CUDA torch, which a lab node cannot load; SGLang imports them at module level, so its
 argument parsing, resolution and FlashInfer backend could not be imported at all. Here an
 import of either answers with a module whose every attribute is a placeholder that raises
-when called: nothing decides anything, and any kernel call fails as it would without a GPU.
+when called: nothing decides anything, and any kernel call fails as it would without a GPU. The
+package's device queries (DEVICE_QUERIES: what the GPU is, no kernel) answer for the simulated GPUs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ import types
 import typing as t
 
 PACKAGES = ("sgl_kernel", "torchvision")
+
+
+def pdl_supported() -> bool:
+    """sgl_kernel.utils.is_arch_support_pdl: a device query (compute capability 9 or more), not a kernel; answered from
+    what torch reports, which the lab's torch shim reads from the node's GPU profile."""
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.get_device_capability(torch.cuda.current_device())[0] >= 9
+
+
+# The package's device queries (they ask the GPU what it is and run no kernel), answered for the simulated GPUs.
+DEVICE_QUERIES: t.Dict[str, t.Callable[[], t.Any]] = {"sgl_kernel.utils.is_arch_support_pdl": pdl_supported}
 
 
 class Unavailable:
@@ -41,10 +54,10 @@ class Unavailable:
 
 
 class StandInModule(types.ModuleType):
-    def __getattr__(self, attr: str) -> Unavailable:
+    def __getattr__(self, attr: str) -> t.Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return Unavailable(self.__name__ + "." + attr)
+        return DEVICE_QUERIES.get(self.__name__ + "." + attr) or Unavailable(self.__name__ + "." + attr)
 
 
 class GpuOnlyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

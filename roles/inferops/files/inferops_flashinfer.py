@@ -753,7 +753,7 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     if cubins.get("verified"):
         print("inferops-flashinfer check: ok: FlashInfer's trtllm-gen kernel set %s from %s at %s, %d files as its "
               "checksums.txt lists%s" % (cubins.get("set"), cubins.get("source"), cubins.get("dir"), cubins.get("files", 0),
-                                         "" if cubins.get("used") else " (no service uses trtllm_mha)"))
+                                         "" if cubins.get("used") else " (no service's attention reads it)"))
     for note in not_warmed(view):
         print("inferops-flashinfer check: not warmed: " + note)
     return 0

@@ -34,8 +34,9 @@ MARKER = "INFEROPS-JSON:"
 STAMP = "inferops-warm.json"
 LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 SPECS: t.Dict[str, t.List[t.Any]] = {}
-# What a recorded derivation holds: 2 = FlashInfer's JitSpecs as SGLang's backend asked for them (1: our recipes)
-DERIVED_FORMAT = 2
+# What a recorded derivation holds: 3 = FlashInfer's JitSpecs and the kernel sets, Triton and SGLang JIT kernels SGLang's
+# backend asked for, whatever the backend (2: the same for FlashInfer's backends only; 1: our recipes)
+DERIVED_FORMAT = 3
 
 Recipe = t.Union[str, t.Dict[str, t.Any]]
 
@@ -220,42 +221,48 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
             from flashinfer.sampling import get_sampling_module
             asked.extend((spec, "top-k / top-p / min-p requests")
                          for spec in getter_specs(get_sampling_module))
-        # trtllm's module is made from the kernel set's own headers: without the set FlashInfer would download them
-        # (retrying for minutes) while this plans, so trtllm_mha is planned only where the release's set is in place
-        settled = "trtllm_mha" not in backends or versions.get("trtllm_set") is not None
-        if backends & set(planner.FLASHINFER_BACKENDS) and settled:
-            plans, recorder = planner.plan_service(server_args, resolved)
-            entry["planned"] = plans
-            whys = {}
-            for plan in plans:
-                for step in plan["batches"]:
-                    for line in step["asked"]:
-                        whys.setdefault(line.split(" ", 1)[-1], "%s (%s) for %s: %s" % (
-                            plan["backend"], "draft" if plan["draft"] else "model", os.path.basename(plan["model"]), step["batch"]))
-                entry["models"].append({key: plan[key] for key in (
-                    "model", "backend", "dtype", "kv_cache_dtype", "head_dim", "heads_per_rank", "kv_heads_per_rank", "gqa_group",
-                    "decode_tensor_cores", "sliding_window", "draft")})
-                entry["models"][-1]["path"] = entry["models"][-1].pop("model")
-            asked.extend((spec, whys.get(name, plans[0]["backend"])) for kind, name, spec in recorder.asked if kind == "flashinfer")
-            entry["triton_kernels"] = sorted({name for kind, name, _spec in recorder.asked if kind == "triton"})
-            if entry["triton_kernels"]:
-                entry["not_warmed"].append("Triton kernels SGLang's attention backend launches at the first requests (%s): "
-                                           "Triton compiles them for the GPU at their first launch (TRITON_CACHE_DIR); not "
-                                           "built ahead here" % ", ".join(entry["triton_kernels"]))
-        if not settled:
-            entry["not_warmed"].append("attention trtllm_mha: FlashInfer's fmha_gen module and its trtllm-gen kernel binaries, "
-                                       "at the first request: this FlashInfer release's kernel set is not in place (the "
-                                       "preflight's trtllm_cubins check says why), so FlashInfer downloads the set then and an "
-                                       "air-gapped node fails at its first request; give the set (flashinfer-cubin of this "
-                                       "release, flashinfer_cubin: true; or FLASHINFER_CUBIN_DIR in cuda_env_extra) and warm "
-                                       "again")
-        elif "trtllm_mha" in backends:
-            entry["notes"] = ["attention trtllm_mha: its trtllm-gen kernel binaries are read at run time from the kernel set "
-                              "the preflight checks"]
-        others = sorted(str(b) for b in backends if b not in planner.FLASHINFER_BACKENDS)
-        if others:
+        # whatever attention backend SGLang resolved is built and run; a kernel-set file FlashInfer would download is
+        # recorded as missing instead (nothing is downloaded while this plans)
+        plans, recorder = planner.plan_service(server_args, resolved)
+        entry["planned"] = plans
+        whys = {}
+        for plan in plans:
+            for step in plan["batches"]:
+                for line in step["asked"]:
+                    whys.setdefault(line.split(" ", 1)[-1], "%s (%s) for %s: %s" % (
+                        plan["backend"], "draft" if plan["draft"] else "model", os.path.basename(plan["model"]), step["batch"]))
+            entry["models"].append({key: plan[key] for key in (
+                "model", "backend", "dtype", "kv_cache_dtype", "head_dim", "heads_per_rank", "kv_heads_per_rank", "gqa_group",
+                "decode_tensor_cores", "sliding_window", "draft")})
+            entry["models"][-1]["path"] = entry["models"][-1].pop("model")
+        asked.extend((spec, whys.get(name, plans[0]["backend"])) for kind, name, spec in recorder.asked if kind == "flashinfer")
+        entry["triton_kernels"] = sorted({name for kind, name, _spec in recorder.asked if kind == "triton"})
+        entry["sglang_jit_kernels"] = sorted({name for kind, name, _spec in recorder.asked if kind == "sglang-jit"})
+        entry["kernel_sets"] = kernel_sets(recorder.asked)
+        attention = " / ".join(entry["attention_backends"])
+        if entry["triton_kernels"]:
+            entry["not_warmed"].append("Triton kernels SGLang's attention backend launches at the first requests (%s): "
+                                       "Triton compiles them for the GPU at their first launch (TRITON_CACHE_DIR); not "
+                                       "built ahead here" % ", ".join(entry["triton_kernels"]))
+        if entry["sglang_jit_kernels"]:
+            entry["not_warmed"].append("JIT kernels of SGLang that its attention backend builds (%s): SGLang compiles them "
+                                       "at their first use (SGLANG_JIT_CACHE_DIR); not built ahead here"
+                                       % ", ".join(entry["sglang_jit_kernels"]))
+        for found in entry["kernel_sets"]:
+            if found["missing"]:
+                entry["not_warmed"].append(
+                    "attention %s: %s reads FlashInfer's kernel set %s, and the kernel set is not in place (the "
+                    "preflight's trtllm_cubins check says why), so FlashInfer downloads the set at the first request and "
+                    "an air-gapped node fails then; the module it builds from the set is not warmed: give the set "
+                    "(flashinfer-cubin of this release, flashinfer_cubin: true; or FLASHINFER_CUBIN_DIR in cuda_env_extra) "
+                    "and warm again" % (attention, ", ".join(found["for"]), found["set"]))
+            else:
+                entry["notes"] = entry.get("notes", []) + [
+                    "attention %s: its kernel binaries are read at run time from FlashInfer's kernel set %s, which the "
+                    "preflight checks" % (attention, found["set"])]
+        if not any(kind == "flashinfer" for kind, _name, _spec in recorder.asked if _spec is not None) and not entry["kernel_sets"]:
             entry["notes"] = entry.get("notes", []) + [
-                "attention %s: not FlashInfer's; nothing of FlashInfer's to warm for it" % ", ".join(others)]
+                "attention %s: SGLang's backend asked FlashInfer for nothing in the batches planned" % attention]
         entry["not_warmed"].append("SGLang's own JIT kernels (SGLANG_JIT_CACHE_DIR): built at first use, not warmed here")
         known = {record["uri"] for record in derived["specs"]}
         for spec, why in asked:
@@ -270,6 +277,25 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
     derived["inputs"] = derivation_inputs(paths, [model["path"] for entry in derived["configs"].values()
                                                   for model in entry["models"]], versions)
     return derived
+
+
+def kernel_sets(asked: t.List[t.Tuple[str, str, t.Any]]) -> t.List[t.Dict[str, t.Any]]:
+    """The FlashInfer kernel sets a plan read (a file's directory up to its set: <hash>/fmha/trtllm-gen), each with the
+    getters that read it and whether a file of it was not in place."""
+    found: t.Dict[str, t.Dict[str, t.Any]] = {}
+    for kind, line, _spec in asked:
+        if kind not in ("kernel-set", "kernel-set-missing"):
+            continue
+        path, _sep, getter = line.partition(" for ")
+        directory = os.path.dirname(path.rstrip("/"))
+        if os.path.basename(directory) == "include":
+            directory = os.path.dirname(directory)
+        key = os.path.normpath(directory)
+        entry = found.setdefault(key, {"set": key, "for": [], "missing": False})
+        if getter and getter not in entry["for"]:
+            entry["for"].append(getter)
+        entry["missing"] = entry["missing"] or kind == "kernel-set-missing"
+    return sorted(found.values(), key=lambda entry: entry["set"])
 
 
 def derived_specs(derived: t.Optional[t.Dict[str, t.Any]]) -> t.List[t.Tuple[t.Any, t.Dict[str, t.Any]]]:
@@ -531,10 +557,9 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
                 pass
     elif previous is not None:
         out["derived"] = previous.get("derived")
-    trtllm = any("trtllm_mha" in entry.get("attention_backends", [])
-                 for entry in ((out["derived"] or {}).get("configs") or {}).values())
+    trtllm = any(entry.get("kernel_sets") for entry in ((out["derived"] or {}).get("configs") or {}).values())
     if action != "warm" and (trtllm or args.get("cubins") or release("flashinfer-cubin") or os.environ.get("FLASHINFER_CUBIN_DIR")):
-        # the services' trtllm_mha attention loads these at run time; a set that is there is checked whoever asked (by the
+        # a service's attention (its derivation's kernel sets) reads these at run time; a set that is there is checked whoever asked (by the
         # probe, the plan and the check: a warm-up builds modules and needs no verdict on the set)
         out["trtllm_cubins"] = dict(trtllm_cubins(), used=trtllm)
     seen: t.Set[str] = set()

@@ -1,16 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What SGLang's own attention backend asks of FlashInfer and Triton, found by running it.
+"""What SGLang's own attention backend asks of FlashInfer, Triton and SGLang's JIT, found by running it.
 
-For one service (its --config as SGLang parses and resolves it), this builds the attention backend SGLang's registry
-picks for the resolved backend name (ATTENTION_BACKENDS[...]: FlashInferAttnBackend, or FlashInferMLAAttnBackend for an
-MLA model) over a minimal model runner, and runs its planning (init_forward_metadata) and, for a dense model, its
-forward_extend / forward_decode, for the batches a server goes through: a new prompt, a prompt that hits the prefix
-cache, a decode step -- the draft model's too under speculative decoding. FlashInfer's JIT modules are recorded where
-FlashInfer would build or load them (JitSpec.build_and_load) and Triton kernels where Triton would launch them; nothing
-is built and no kernel runs. The only things written here by hand are the batch shapes (BATCHES) and the runner's plumbing
-(runner() says which of its fields are ours).
+For one service (its --config as SGLang parses and resolves it), this builds whatever attention backend SGLang resolves
+for it -- no list of backends here: SGLang's own composition (get_attention_backend: one backend, or its hybrid of a
+prefill and a decode backend), or before 0.5.23 its registry (ATTENTION_BACKENDS) -- over a minimal model runner, and
+runs its planning (init_forward_metadata) and its forward for the batches a server goes through: a new prompt, a prompt
+that hits the prefix cache, a decode step -- the draft model's too under speculative decoding. A dense model's forward
+is the backend's forward_extend / forward_decode with the model's shapes; an MLA model's goes through SGLang's own MLA
+attention layer (DeepseekV2AttentionMLA, built as its decoder layer builds it): the layer picks its forward method
+(dispatch_attn_forward_method) and calls the backend through its own attention layers (attn_mha or attn_mqa).
+Recorded, where they would happen: FlashInfer's JIT modules (JitSpec.build_and_load), FlashInfer's artifact reads (the
+trtllm-gen kernel sets: get_artifact / get_cubin; a file that is not in place stops that call, never downloaded), SGLang's
+own JIT kernels (load_jit) and Triton launches; nothing is built and no kernel runs. A backend that cannot be built or
+run here fails the plan naming it. The only things written here by hand are the batch shapes (BATCHES) and the runner's
+plumbing (runner() says which of its fields are ours).
 
 No GPU memory is taken, so it runs beside a serving service: every tensor lives in host memory (CUDA tensors and pinned
 host buffers are made as plain CPU tensors while planning, so no CUDA context is created), and FlashInfer's questions
@@ -40,8 +45,6 @@ BATCHES: t.Tuple[t.Tuple[str, str, int, int], ...] = (
     ("a prompt that hits the prefix cache", "EXTEND", 4, 4),
     ("a decode step", "DECODE", 8, 1),
 )
-# SGLang's attention backends whose kernels are FlashInfer's JIT modules (the others are planned by nothing here)
-FLASHINFER_BACKENDS = ("flashinfer", "trtllm_mha")
 # FlashInfer probes a loaded module for these optional entry points with hasattr(); the recorded module has none
 OPTIONAL_ENTRY_POINTS = frozenset({"plan_with_staged_workspace_bytes"})
 FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
@@ -49,6 +52,10 @@ FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
 
 class PlanError(RuntimeError):
     """SGLang's backend could not be planned here: a release whose runner or backend reads what this file does not give."""
+
+
+class KernelSetMissing(RuntimeError):
+    """A FlashInfer artifact (a file of a kernel set) is not where FlashInfer looks: FlashInfer would download it here."""
 
 
 class RecordedModule:
@@ -135,10 +142,28 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
                for key, original in originals.items()}
     # trtllm's getters hand a built module's library to setup_cubin_loader, which opens it to register FlashInfer's
     # kernel-set callback: a recorded module has no library, and the callback is for a kernel launch
-    loader = getattr(importlib.import_module("flashinfer.jit.cubin_loader"), "setup_cubin_loader", None)
+    cubins = importlib.import_module("flashinfer.jit.cubin_loader")
+    loader = getattr(cubins, "setup_cubin_loader", None)
     if loader is not None:
         originals["cubin loader"] = loader
         answers["cubin loader"] = lambda path: None
+    # a kernel set's files (checksums, headers) as a getter reads them: recorded with the getter that asked; one that is
+    # not in place would be downloaded, which stops the getter here instead
+    for name in ("get_artifact", "get_cubin"):
+        if callable(getattr(cubins, name, None)) and getattr(cubins, name) not in originals.values():
+            originals["artifact " + name] = getattr(cubins, name)
+            answers["artifact " + name] = functools.partial(read_artifact, recorder, getattr(cubins, name))
+    if callable(getattr(cubins, "download_file", None)):
+        originals["download"] = cubins.download_file
+        answers["download"] = functools.partial(refuse_download, recorder)
+    # SGLang's own JIT kernels (0.5.23: sglang.kernels.jit), built by a backend's constructor or forward
+    try:
+        jit_loader = importlib.import_module("sglang.kernels.jit.utils.compile.loader")
+    except ImportError:
+        jit_loader = None
+    if jit_loader is not None and callable(getattr(jit_loader, "load_jit", None)):
+        originals["sglang jit"] = jit_loader.load_jit
+        answers["sglang jit"] = functools.partial(record_sglang_jit, recorder)
     swapped: t.List[t.Tuple[t.Any, str, t.Any]] = []
 
     def swap(owner: t.Any, attr: str, value: t.Any) -> None:
@@ -150,6 +175,7 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
     swap(triton_jit.JITFunction, "run", record_launch)
     for factory in FACTORIES:
         swap(torch, factory, host_factory(getattr(torch, factory)))
+    # every module that holds one of them by name, and (for a module imported later) where they are defined
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("flashinfer", "sglang")):
             continue
@@ -163,6 +189,36 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
         for owner, attr, value in reversed(swapped):
             setattr(owner, attr, value)
         clear_getter_caches()
+
+
+def asking_getter() -> str:
+    """The FlashInfer function (outside its cubin loader) that is reading an artifact: what the kernel set is for."""
+    for frame in inspect.stack()[2:12]:
+        module = str(frame.frame.f_globals.get("__name__", ""))
+        if module.startswith("flashinfer") and not module.endswith("cubin_loader"):
+            return "%s.%s" % (module, frame.function)
+    return "FlashInfer"
+
+
+def read_artifact(recorder: Recorder, original: t.Callable[..., t.Any], file_name: t.Any, *args: t.Any, **kwargs: t.Any) -> t.Any:
+    """FlashInfer's get_artifact / get_cubin, recorded: the file, and the getter that reads it."""
+    recorder.asked.append(("kernel-set", "%s for %s" % (file_name, asking_getter()), None))
+    return original(file_name, *args, **kwargs)
+
+
+def refuse_download(recorder: Recorder, source: t.Any, *args: t.Any, **kwargs: t.Any) -> t.Any:
+    """FlashInfer's download_file: the artifact just read (get_artifact downloads only what is not in place, or not
+    the file the release pins) is recorded as missing; the getter stops here."""
+    reads = [name for kind, name, _spec in recorder.asked if kind == "kernel-set"]
+    recorder.asked.append(("kernel-set-missing", reads[-1] if reads else "%s for %s" % (source, asking_getter()), None))
+    raise KernelSetMissing(str(source))
+
+
+def record_sglang_jit(recorder: Recorder, *args: t.Any, **kwargs: t.Any) -> RecordedModule:
+    """SGLang's load_jit: the kernel's marker (its name and template arguments), recorded instead of compiled."""
+    marker = "_".join(str(arg) for arg in args)
+    recorder.asked.append(("sglang-jit", marker, None))
+    return RecordedModule(marker)
 
 
 def spec_record(spec: t.Any) -> t.Dict[str, t.Any]:
@@ -339,7 +395,8 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
     node = types.SimpleNamespace(
         device=device, gpu_id=0, model_config=model_config, server_args=server_args, dtype=model_config.dtype,
         kv_cache_dtype=kv_dtype, kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=page_size,
-        prefill_attention_backend_str=prefill, decode_attention_backend_str=decode_backend, draft_attention_backend=None,
+        prefill_attention_backend_str=prefill, decode_attention_backend_str=decode_backend,
+        draft_attention_backend=resolved.get("speculative_draft_attention_backend") if draft else None,
         is_draft_worker=draft, spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
         use_mla_backend=model_config.attention_arch == AttentionArch.MLA, init_new_workspace=False,
         sliding_window_size=sliding_window(model_config), is_hybrid_swa=bool(model_config.is_hybrid_swa),
@@ -461,37 +518,135 @@ def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_b
     run(q, k, v, layer, forward_batch, save_kv_cache=False)
 
 
-def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
-               recorder: Recorder, *, held: contextlib.ExitStack) -> t.Dict[str, t.Any]:
-    """One model's attention backend through BATCHES: per batch, the FlashInfer modules and Triton kernels asked for."""
+def as_model_runner(node: types.SimpleNamespace) -> t.Any:
+    """The runner as an instance of SGLang's own ModelRunner (not initialised: no model, no GPU), holding the fields
+    runner() made, as SGLang's attention test kit makes its runners: a backend that calls one of ModelRunner's methods
+    (Triton's decode_num_tokens_per_req, ...) runs SGLang's method."""
+    from sglang.srt.model_executor.model_runner import ModelRunner  # pylint: disable=import-error,import-outside-toplevel
+
+    model_runner = ModelRunner.__new__(ModelRunner)
+    model_runner.__dict__.update(vars(node))
+    return model_runner
+
+
+def build_backend(node: t.Any) -> t.Any:
+    """The attention backend SGLang makes for this runner: its own composition (get_attention_backend, SGLang 0.5.23:
+    one backend, or the hybrid of a prefill and a decode backend, with its model-level wrappers), or before that its
+    registry's class for the one backend name."""
     # pylint: disable=import-error,import-outside-toplevel
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
+    names = "prefill %s / decode %s" % (node.prefill_attention_backend_str, node.decode_attention_backend_str)
+    try:
+        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import get_attention_backend
+    except ImportError:
+        get_attention_backend = None
+    try:
+        if get_attention_backend is not None:
+            return get_attention_backend(model_runner=node)
+        if node.prefill_attention_backend_str != node.decode_attention_backend_str:
+            raise PlanError("SGLang %s composes a prefill and a decode backend inside its ModelRunner, which is not "
+                            "planned here (%s)" % (sglang_release(), names))
+        return ATTENTION_BACKENDS[node.decode_attention_backend_str](node)
+    except PlanError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        raise PlanError("SGLang %s's attention backend (%s) could not be built here (%s: %s)"
+                        % (sglang_release(), names, type(exc).__name__, exc)) from exc
+
+
+def mla_layer(model_config: t.Any) -> t.Any:
+    """An MLA model's attention layer, SGLang's own (DeepseekV2AttentionMLA, what its DeepSeek-V2/V3 and Kimi-K2 decoder
+    layers hold), made with the model's text config the way its decoder layer makes it: heads, head dims, LoRA ranks,
+    rope. Its weights are empty host tensors of the model's dtype; it is built to pick its forward method and to call
+    the backend through its own attention layers."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+    from sglang.srt.models.deepseek_v2 import DeepseekV2AttentionMLA
+
+    config = model_config.hf_text_config
+    parameters = getattr(config, "rope_parameters", None)
+    if parameters:
+        rope_theta = parameters["rope_theta"]
+        rope_scaling = parameters if parameters.get("rope_type") != "default" else None
+    else:
+        rope_theta, rope_scaling = config.rope_theta, config.rope_scaling
+    with set_default_torch_dtype(model_config.dtype):
+        return DeepseekV2AttentionMLA(
+            config=config, hidden_size=config.hidden_size, num_heads=config.num_attention_heads,
+            qk_nope_head_dim=config.qk_nope_head_dim, qk_rope_head_dim=config.qk_rope_head_dim,
+            v_head_dim=config.v_head_dim, q_lora_rank=getattr(config, "q_lora_rank", None),
+            kv_lora_rank=config.kv_lora_rank, rope_theta=rope_theta, rope_scaling=rope_scaling,
+            max_position_embeddings=config.max_position_embeddings, quant_config=None, layer_id=0, reduce_results=False,
+            prefix="model.layers.0.self_attn")
+
+
+def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any, new: int, *, step: t.Dict[str, t.Any]) -> None:
+    """The MLA layer's forward method for this batch, as the layer picks it (recorded in step), and its attention layer
+    (attn_mha for the MHA methods, attn_mqa for the absorbed ones) called with its own shapes; the KV cache is not
+    written."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    with forward_context(ForwardContext(attn_backend=backend)):
+        method = layer.dispatch_attn_forward_method(forward_batch)
+        step["method"] = str(method.name)
+        attention = layer.attn_mha if "MHA" in method.name else layer.attn_mqa
+        q = torch.zeros(new, attention.tp_q_head_num * attention.head_dim, dtype=node.dtype)
+        k = torch.zeros(new, attention.tp_k_head_num, attention.head_dim, dtype=node.dtype)
+        v = torch.zeros(new, attention.tp_v_head_num, attention.v_head_dim, dtype=node.dtype)
+        with torch.no_grad():
+            attention(q, k, v, forward_batch, save_kv_cache=False)
+
+
+def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
+               recorder: Recorder, *, held: contextlib.ExitStack) -> t.Dict[str, t.Any]:
+    """One model's attention backend through BATCHES: per batch, what it asked of FlashInfer (modules, kernel-set files),
+    SGLang's JIT and Triton."""
     widths = publish(server_args, held)
-    node = runner(server_args, resolved, model_config, draft, widths)
-    names = {node.prefill_attention_backend_str, node.decode_attention_backend_str}
-    if len(names) != 1 or node.decode_attention_backend_str not in FLASHINFER_BACKENDS:
-        raise PlanError("prefill %s / decode %s: only one FlashInfer backend for both is planned here"
-                        % (node.prefill_attention_backend_str, node.decode_attention_backend_str))
+    node = as_model_runner(runner(server_args, resolved, model_config, draft, widths))
     start = len(recorder.asked)
-    backend = ATTENTION_BACKENDS[node.decode_attention_backend_str](node)
+    backend = build_backend(node)
+    names = sorted({node.prefill_attention_backend_str, node.decode_attention_backend_str})
     tp = int(widths["attn_tp_size"])
     heads, kv_heads = int(model_config.num_attention_heads) // tp, int(model_config.get_num_kv_heads(tp))
     planned = {"model": model_config.model_path, "draft": draft, "backend": type(backend).__name__,
+               "attention_backends": names,
                "dtype": str(node.dtype).replace("torch.", ""), "kv_cache_dtype": str(node.kv_cache_dtype).replace("torch.", ""),
                "head_dim": int(model_config.head_dim), "heads_per_rank": heads, "kv_heads_per_rank": kv_heads,
                "gqa_group": heads // max(kv_heads, 1), "sliding_window": node.sliding_window_size,
                "decode_tensor_cores": getattr(backend, "decode_use_tensor_cores", None),
                "batches": [{"batch": "construction", "asked": ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]}]}
-    dense = not node.use_mla_backend
+    mla = None
+    if node.use_mla_backend:
+        try:
+            mla = mla_layer(model_config)
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            raise PlanError("SGLang %s's MLA attention layer could not be built here for %s (%s: %s), so its %s backend "
+                            "cannot be run" % (sglang_release(), model_config.model_path, type(exc).__name__, exc,
+                                               " / ".join(names))) from exc
     for what, mode, prefix, new in BATCHES:
         start = len(recorder.asked)
         forward_batch = batch(node, mode, prefix, new)
-        backend.init_forward_metadata(forward_batch)
-        if dense:
-            for layer in layers(node, widths):
-                forward(backend, node, layer, forward_batch, new)
-        planned["batches"].append({"batch": what, "asked": ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]})
+        step: t.Dict[str, t.Any] = {"batch": what, "mode": mode}
+        try:
+            backend.init_forward_metadata(forward_batch)
+            if mla is not None:
+                mla_forward(backend, node, mla, forward_batch, new, step=step)
+            else:
+                for layer in layers(node, widths):
+                    forward(backend, node, layer, forward_batch, new)
+        except KernelSetMissing:
+            # the getter stopped where FlashInfer would download; the batch asked for nothing after it
+            step["stopped"] = "a kernel-set file is not in place"
+        except PlanError:
+            raise
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            raise PlanError("SGLang %s's attention backend %s (%s) could not be run here for %s (%s: %s)" % (
+                sglang_release(), type(backend).__name__, " / ".join(names), what, type(exc).__name__, exc)) from exc
+        step["asked"] = ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]
+        planned["batches"].append(step)
     return planned
 
 
@@ -510,8 +665,10 @@ def plan_service(server_args: t.Any, resolved: t.Mapping[str, t.Any]) -> t.Tuple
         with planning(recorder), contextlib.ExitStack() as held_widths:
             for config, draft in configs:
                 plans.append(plan_model(server_args, resolved, config, draft, recorder, held=held_widths))
-    except PlanError:
-        raise
+    except PlanError as exc:
+        raise PlanError("%s. Fix: the planner was tested with SGLang 0.5.15, 0.5.21 and 0.5.23; where SGLang's backend "
+                        "cannot run here, name its modules in flashinfer_jit_modules and set flashinfer_jit_derive: false"
+                        % exc) from exc
     except Exception as exc:  # pylint: disable=broad-exception-caught
         raise PlanError("SGLang %s's attention backend could not be planned (%s: %s): the planner was tested with SGLang "
                         "0.5.15, 0.5.21 and 0.5.23; on another release name the modules in flashinfer_jit_modules and set "

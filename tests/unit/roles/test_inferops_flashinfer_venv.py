@@ -243,3 +243,16 @@ def test_a_derivation_is_made_again_when_the_kernel_set_comes(derivation: t.Dict
     record = dict(derivation["record"], inputs=side.derivation_inputs(paths, [str(derivation["model"])], versions))
     assert side.reusable(record, paths, versions) is True
     assert side.reusable(record, paths, dict(versions, trtllm_set="c2d9399b" + "0" * 56)) is False
+
+
+def test_the_kernel_sets_a_plan_read_are_grouped_by_set_with_their_getters() -> None:
+    getter = "flashinfer.jit.attention.modules.gen_trtllm_gen_fmha_module"
+    asked = [("flashinfer", "sampling", object()),
+             ("kernel-set", "abc/fmha/trtllm-gen//checksums.txt for " + getter, None),
+             ("kernel-set", "abc/fmha/trtllm-gen/include/flashInferMetaInfo.h for " + getter, None),
+             ("kernel-set", "def/gemm/checksums.txt for flashinfer.gemm.get_gemm_module", None),
+             ("kernel-set-missing", "def/gemm/checksums.txt for flashinfer.gemm.get_gemm_module", None)]
+    assert side.kernel_sets(asked) == [
+        {"set": "abc/fmha/trtllm-gen", "for": [getter], "missing": False},
+        {"set": "def/gemm", "for": ["flashinfer.gemm.get_gemm_module"], "missing": True}]
+    assert side.kernel_sets([("triton", "kernel", None)]) == []

@@ -108,3 +108,49 @@ def test_qwen2_7b_heads_do_not_split_over_eight_gpus() -> None:
     assert planner.tp_sizes_that_work(24, 3, 8) == [1, 3, 6]
     # an MLA model's latent KV has no KV-head rule: DeepSeek-V2-Lite's 16 heads
     assert planner.tp_sizes_that_work(16, None, 8) == [1, 2, 4, 8]
+
+
+def test_a_kernel_set_file_is_recorded_with_the_getter_that_reads_it() -> None:
+    recorder = planner.Recorder()
+    read: t.List[t.Any] = []
+
+    def get_artifact(file_name: str, sha256: str) -> bytes:
+        read.append((file_name, sha256))
+        return b"checksums"
+
+    def getter() -> t.Any:
+        return read_artifact(recorder, get_artifact, "abc/fmha/trtllm-gen/checksums.txt", "f00")  # noqa: F821
+
+    # the getter's frame is FlashInfer's (its module's __name__, its function's name), as gen_trtllm_gen_fmha_module's is
+    in_flashinfer = types.FunctionType(getter.__code__.replace(co_name="gen_trtllm_gen_fmha_module"), {
+        "__name__": "flashinfer.jit.attention.modules", "read_artifact": planner.read_artifact, "recorder": recorder,
+        "get_artifact": get_artifact}, "gen_trtllm_gen_fmha_module", None, getter.__closure__)
+    assert in_flashinfer() == b"checksums"
+    assert read == [("abc/fmha/trtllm-gen/checksums.txt", "f00")]
+    assert recorder.asked == [("kernel-set", "abc/fmha/trtllm-gen/checksums.txt for "
+                               "flashinfer.jit.attention.modules.gen_trtllm_gen_fmha_module", None)]
+
+
+def test_a_download_is_refused_and_the_file_just_read_recorded_as_missing() -> None:
+    recorder = planner.Recorder()
+    recorder.asked.append(("kernel-set", "abc/fmha/trtllm-gen/checksums.txt for getter", None))
+    with pytest.raises(planner.KernelSetMissing):
+        planner.refuse_download(recorder, "https://example.invalid/abc/fmha/trtllm-gen/checksums.txt", "/cache/x")
+    assert recorder.asked[-1] == ("kernel-set-missing", "abc/fmha/trtllm-gen/checksums.txt for getter", None)
+
+
+def test_sglangs_own_jit_kernel_is_recorded_not_compiled() -> None:
+    recorder = planner.Recorder()
+    module = planner.record_sglang_jit(recorder, "fixup_zero_kv", "bf16_t", cuda_files=["attention/fixup_zero_kv.cuh"])
+    assert recorder.asked == [("sglang-jit", "fixup_zero_kv_bf16_t", None)]
+    assert isinstance(module.fixup_zero_kv_rows(), planner.Nothing)
+
+
+def test_the_planner_keeps_no_list_of_backends() -> None:
+    """Whatever backend SGLang resolves is built and run (SGLang's own composition or registry): no names to gate on."""
+    for path in (planner.__file__, os.path.join(os.path.dirname(planner.__file__), "inferops_flashinfer_venv.py")):
+        with open(path) as handle:
+            source = handle.read()
+        assert "FLASHINFER_BACKENDS" not in source
+        for name in ("trtllm_mha", "trtllm_mla", "fa3", "fa4", "flashmla", "cutlass_mla"):
+            assert '"%s"' % name not in source and "'%s'" % name not in source, (path, name)
