@@ -156,6 +156,9 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
     if callable(getattr(cubins, "download_file", None)):
         originals["download"] = cubins.download_file
         answers["download"] = functools.partial(refuse_download, recorder)
+    # its "Fetching <file> from <url>" line precedes the refused download: nothing is fetched, so it is not said
+    jit_log = getattr(cubins, "logger", None)
+    jit_log_level = jit_log.level if isinstance(jit_log, logging.Logger) else None
     # SGLang's own JIT kernels (0.5.23: sglang.kernels.jit), built by a backend's constructor or forward
     try:
         jit_loader = importlib.import_module("sglang.kernels.jit.utils.compile.loader")
@@ -183,11 +186,15 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
             for key, original in originals.items():
                 if value is original:
                     swap(module, attr, answers[key])
+    if isinstance(jit_log, logging.Logger):
+        jit_log.setLevel(logging.WARNING)
     try:
         yield
     finally:
         for owner, attr, value in reversed(swapped):
             setattr(owner, attr, value)
+        if isinstance(jit_log, logging.Logger) and jit_log_level is not None:
+            jit_log.setLevel(jit_log_level)
         clear_getter_caches()
 
 
