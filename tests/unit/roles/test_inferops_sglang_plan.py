@@ -119,12 +119,12 @@ def test_a_kernel_set_file_is_recorded_with_the_getter_that_reads_it() -> None:
         return b"checksums"
 
     def getter() -> t.Any:
-        return read_artifact(recorder, get_artifact, "abc/fmha/trtllm-gen/checksums.txt", "f00")  # noqa: F821
+        return planner.read_artifact(recorder, get_artifact, "abc/fmha/trtllm-gen/checksums.txt", "f00")
 
     # the getter's frame is FlashInfer's (its module's __name__, its function's name), as gen_trtllm_gen_fmha_module's is
     in_flashinfer = types.FunctionType(getter.__code__.replace(co_name="gen_trtllm_gen_fmha_module"), {
-        "__name__": "flashinfer.jit.attention.modules", "read_artifact": planner.read_artifact, "recorder": recorder,
-        "get_artifact": get_artifact}, "gen_trtllm_gen_fmha_module", None, getter.__closure__)
+        "__name__": "flashinfer.jit.attention.modules", "planner": planner}, "gen_trtllm_gen_fmha_module", None,
+        getter.__closure__)
     assert in_flashinfer() == b"checksums"
     assert read == [("abc/fmha/trtllm-gen/checksums.txt", "f00")]
     assert recorder.asked == [("kernel-set", "abc/fmha/trtllm-gen/checksums.txt for "
