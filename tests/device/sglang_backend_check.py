@@ -76,7 +76,7 @@ def dense(planner: t.Any, node: t.Any, widths: t.Any, backend: t.Any, watch: t.C
         window = int(layer.sliding_window_size)
         for what, mode, prefix, new in (("a new prompt", "EXTEND", 0, 16), ("a prefix-cache hit", "EXTEND", 16, 8),
                                         ("a decode step", "DECODE", 24, 1)):
-            forward_batch = planner.batch(node, mode, prefix, new)
+            forward_batch = planner.batch(node, mode, [prefix], [new])
             span = slice(prefix, prefix + new)
             stamp = watch("before")
             backend.init_forward_metadata(forward_batch)
@@ -124,7 +124,7 @@ def mla(planner: t.Any, node: t.Any, widths: t.Any, backend: t.Any, watch: t.Cal
     v = torch.randn(16, heads, vd, device="cuda", dtype=node.dtype, generator=generator)
     for what, mode, prefix, new in (("a new prompt", "EXTEND", 0, 16), ("a prefix-cache hit", "EXTEND", 16, 8),
                                     ("a decode step", "DECODE", 24, 1)):
-        forward_batch = planner.batch(node, mode, prefix, new)
+        forward_batch = planner.batch(node, mode, [prefix], [new])
         stamp = watch("before")
         backend.init_forward_metadata(forward_batch)
         if prefix == 0:

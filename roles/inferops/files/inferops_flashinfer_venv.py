@@ -34,9 +34,11 @@ MARKER = "INFEROPS-JSON:"
 STAMP = "inferops-warm.json"
 LEGACY = {"bf16": "bfloat16", "fp16": "float16"}
 SPECS: t.Dict[str, t.List[t.Any]] = {}
-# What a recorded derivation holds: 3 = FlashInfer's JitSpecs and the kernel sets, Triton and SGLang JIT kernels SGLang's
-# backend asked for, whatever the backend (2: the same for FlashInfer's backends only; 1: our recipes)
-DERIVED_FORMAT = 3
+# What a recorded derivation holds: 4 = FlashInfer's JitSpecs and the kernel sets, Triton and SGLang JIT kernels SGLang's
+# backend asked for, whatever the backend, in every mode the server runs (batches of several requests, speculative
+# verify and draft decode, CUDA graphs at SGLang's capture sizes); 3: the same for one request, eager; 2: FlashInfer's
+# backends only; 1: our recipes
+DERIVED_FORMAT = 4
 
 Recipe = t.Union[str, t.Dict[str, t.Any]]
 

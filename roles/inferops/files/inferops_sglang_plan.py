@@ -6,16 +6,23 @@
 For one service (its --config as SGLang parses and resolves it), this builds whatever attention backend SGLang resolves
 for it -- no list of backends here: SGLang's own composition (get_attention_backend: one backend, or its hybrid of a
 prefill and a decode backend), or before 0.5.23 its registry (ATTENTION_BACKENDS) -- over a minimal model runner, and
-runs its planning (init_forward_metadata) and its forward for the batches a server goes through: a new prompt, a prompt
-that hits the prefix cache, a decode step -- the draft model's too under speculative decoding. A dense model's forward
-is the backend's forward_extend / forward_decode with the model's shapes; an MLA model's goes through SGLang's own MLA
-attention layer (DeepseekV2AttentionMLA, built as its decoder layer builds it): the layer picks its forward method
+runs it through every mode a server runs it in, each the way SGLang's own runners drive the backend: eager batches of
+two requests (new prompts, prefix-cache hits, a decode step); under speculative decoding the target's TARGET_VERIFY of
+the draft tokens (the verify input SGLang's CUDA-graph runner builds, get_spec_info) and an EAGLE-family draft's
+multi-step decode (the backend SGLang's DraftBackendFactory makes); and the CUDA graphs SGLang captures -- decode, or
+TARGET_VERIFY for a speculative target and for a draft that verifies like one -- captured and replayed at every batch
+size SGLang captures for the service (get_batch_sizes_to_capture over its resolved cuda-graph settings), through the
+backend's graph protocol (init_cuda_graph_state, init_forward_metadata_out_graph / _in_graph). A dense model's forward
+is the backend's forward_extend / forward_decode with the heads of one TP rank; an MLA model's goes through SGLang's own
+MLA attention layer (DeepseekV2AttentionMLA, built as its decoder layer builds it): the layer picks its forward method
 (dispatch_attn_forward_method) and calls the backend through its own attention layers (attn_mha or attn_mqa).
+SGLang's attention test kit (sglang.test.kits.attention_unittest) is not imported here: its modules pin the attention TP
+size to 1 when imported, and a plan is for the heads of one rank at the service's TP size; it is the device oracle's.
 Recorded, where they would happen: FlashInfer's JIT modules (JitSpec.build_and_load), FlashInfer's artifact reads (the
 trtllm-gen kernel sets: get_artifact / get_cubin; a file that is not in place stops that call, never downloaded), SGLang's
 own JIT kernels (load_jit) and Triton launches; nothing is built and no kernel runs. A backend that cannot be built or
-run here fails the plan naming it. The only things written here by hand are the batch shapes (BATCHES) and the runner's
-plumbing (runner() says which of its fields are ours).
+run here fails the plan naming it. The only things written here by hand are the eager batch shapes (BATCHES) and the
+runner's plumbing (runner() says which of its fields are ours).
 
 No GPU memory is taken, so it runs beside a serving service: every tensor lives in host memory (CUDA tensors and pinned
 host buffers are made as plain CPU tensors while planning, so no CUDA context is created), and FlashInfer's questions
@@ -39,12 +46,15 @@ import sys
 import types
 import typing as t
 
-# (what the server does, SGLang's ForwardMode, tokens already in the KV cache, new tokens): the only hand-written input
-BATCHES: t.Tuple[t.Tuple[str, str, int, int], ...] = (
-    ("a new prompt", "EXTEND", 0, 8),
-    ("a prompt that hits the prefix cache", "EXTEND", 4, 4),
-    ("a decode step", "DECODE", 8, 1),
+# (what the server does, SGLang's ForwardMode, tokens already in the KV cache and new tokens, per request): the eager
+# batches, two requests of different lengths each; the only hand-written input besides the runner's plumbing
+BATCHES: t.Tuple[t.Tuple[str, str, t.Tuple[int, ...], t.Tuple[int, ...]], ...] = (
+    ("new prompts", "EXTEND", (0, 0), (8, 5)),
+    ("prompts that hit the prefix cache", "EXTEND", (4, 6), (4, 3)),
+    ("a decode step", "DECODE", (8, 5), (1, 1)),
 )
+# KV slots per request in the planner's pools: each request of a batch owns CONTEXT slots
+CONTEXT = 32
 # FlashInfer probes a loaded module for these optional entry points with hasattr(); the recorded module has none
 OPTIONAL_ENTRY_POINTS = frozenset({"plan_with_staged_workspace_bytes"})
 FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
@@ -178,6 +188,10 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
     swap(triton_jit.JITFunction, "run", record_launch)
     for factory in FACTORIES:
         swap(torch, factory, host_factory(getattr(torch, factory)))
+    # FlashInfer's CUDA-graph plan (fast_decode_plan) enters the device of its host buffers: nothing to enter for those
+    cuda_device = torch.cuda.device
+    swap(torch.cuda, "device", lambda device: contextlib.nullcontext() if getattr(device, "type", device) == "cpu"
+         else cuda_device(device))
     # every module that holds one of them by name, and (for a module imported later) where they are defined
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("flashinfer", "sglang")):
@@ -379,10 +393,11 @@ def sliding_window(model_config: t.Any) -> t.Any:
 
 
 def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
-           widths: t.Mapping[str, t.Any], *, device: str = "cpu") -> types.SimpleNamespace:
+           widths: t.Mapping[str, t.Any], *, device: str = "cpu", requests: int = 2,
+           context: int = CONTEXT) -> types.SimpleNamespace:
     """The model runner the backend reads. SGLang's: the model config, dtype, KV cache dtype (its configure_kv_cache_dtype),
     page size, backends, speculative algorithm, MLA or not, sliding window, the pools and the KV index translator (its
-    classes). Ours: device "cpu", GPU 0, a 2-request pool of 64 tokens with one layer, the allocator's two fields, an empty
+    classes). Ours: device "cpu", GPU 0, a pool of `requests` requests of `context` tokens with one layer, the allocator's two fields, an empty
     model, no new workspace, no CUDA stream for EAGLE's planning. (tests/device runs the same backend on a GPU: device "cuda".)"""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
@@ -398,7 +413,6 @@ def runner(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.
         prefill = decode_backend = resolved["speculative_draft_attention_backend"]
     kv_dtype = kv_cache_dtype(server_args, resolved, model_config, draft)
     page_size = int(resolved.get("page_size") or 1)
-    context, requests = 64, 2
     node = types.SimpleNamespace(
         device=device, gpu_id=0, model_config=model_config, server_args=server_args, dtype=model_config.dtype,
         kv_cache_dtype=kv_dtype, kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=page_size,
@@ -469,32 +483,44 @@ def accepted(cls: t.Any, offered: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
     return {name: value for name, value in offered.items() if name in parameters}
 
 
-def batch(node: types.SimpleNamespace, mode_name: str, prefix: int, new: int) -> t.Any:
-    """One request's ForwardBatch as SGLang's scheduler hands it to the backend (its KV slots laid out in order), on the
-    runner's device."""
+def batch(node: types.SimpleNamespace, mode_name: str, prefixes: t.Sequence[int], news: t.Sequence[int],
+          spec_info: t.Any = None) -> t.Any:
+    """A ForwardBatch of several requests as SGLang's scheduler hands it to the backend: request i owns the runner's
+    KV slots page_size + i * CONTEXT onward, laid out in order. A TARGET_VERIFY batch carries the requests' cached
+    lengths as seq_lens (SGLang's verify step adds the draft tokens itself)."""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     mode = getattr(ForwardMode, mode_name)
-    total, first, device = prefix + new, node.page_size, node.device
-    for position in range(total):
-        node.req_to_token_pool.req_to_token[0, position] = first + position
-    lens = torch.tensor([total], dtype=torch.int32)
-    forward = ForwardBatch(forward_mode=mode, batch_size=1, input_ids=torch.zeros(new, dtype=torch.int64, device=device),
-                           req_pool_indices=torch.zeros(1, dtype=torch.int32, device=device), seq_lens=lens.to(device),
-                           seq_lens_cpu=lens, seq_lens_sum=total,
-                           out_cache_loc=torch.arange(first + prefix, first + total, dtype=torch.int64, device=device),
-                           positions=torch.arange(prefix, total, dtype=torch.int64, device=device))
+    device, first, context = node.device, node.page_size, node.req_to_token_pool.req_to_token.shape[1]
+    verify = mode_name == "TARGET_VERIFY"
+    slots, positions = [], []
+    for index, (prefix, new) in enumerate(zip(prefixes, news)):
+        base = first + index * context
+        node.req_to_token_pool.req_to_token[index, :prefix + new] = torch.arange(base, base + prefix + new, dtype=torch.int32)
+        slots.append(torch.arange(base + prefix, base + prefix + new, dtype=torch.int64))
+        positions.append(torch.arange(prefix, prefix + new, dtype=torch.int64))
+    lengths = list(prefixes) if verify else [prefix + new for prefix, new in zip(prefixes, news)]
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    count = len(lengths)
+    forward = ForwardBatch(forward_mode=mode, batch_size=count,
+                           input_ids=torch.zeros(sum(news), dtype=torch.int64, device=device),
+                           req_pool_indices=torch.arange(count, dtype=torch.int32, device=device), seq_lens=lens.to(device),
+                           seq_lens_cpu=lens, seq_lens_sum=sum(lengths), out_cache_loc=torch.cat(slots).to(device),
+                           positions=torch.cat(positions).to(device))
+    forward.spec_info = spec_info
     if hasattr(node.kv_index_translator, "bind_own_plan"):
         # 0.5.23: a batch carries the KV ids its ScheduleBatch planned (init_new); 0.5.21 reads them from the batch
         node.kv_index_translator.bind_own_plan(forward)
-    if mode.is_extend():
-        forward.extend_prefix_lens = torch.tensor([prefix], dtype=torch.int32, device=device)
-        forward.extend_prefix_lens_cpu = [prefix]
-        forward.extend_seq_lens = torch.tensor([new], dtype=torch.int32, device=device)
-        forward.extend_seq_lens_cpu = [new]
-        forward.extend_num_tokens = new
+    if mode.is_extend() and not verify:
+        forward.extend_prefix_lens = torch.tensor(list(prefixes), dtype=torch.int32, device=device)
+        forward.extend_prefix_lens_cpu = list(prefixes)
+        forward.extend_seq_lens = torch.tensor(list(news), dtype=torch.int32, device=device)
+        forward.extend_seq_lens_cpu = list(news)
+        forward.extend_num_tokens = sum(news)
+        starts = [sum(news[:index]) for index in range(count)]
+        forward.extend_start_loc = torch.tensor(starts, dtype=torch.int32, device=device)
     return forward
 
 
@@ -513,11 +539,12 @@ def layers(node: types.SimpleNamespace, widths: t.Mapping[str, t.Any]) -> t.List
                            sliding_window_size=window) for window in windows]
 
 
-def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_batch: t.Any, new: int) -> None:
+def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_batch: t.Any) -> None:
     """The backend's forward_extend or forward_decode as RadixAttention.forward calls it (Q flat, K and V per head), with
-    the model's shapes; the KV cache is not written."""
+    the model's shapes, for every token of the batch; the KV cache is not written."""
     import torch  # pylint: disable=import-error,import-outside-toplevel
 
+    new = int(forward_batch.input_ids.numel())
     q = torch.zeros(new, layer.tp_q_head_num * layer.head_dim, dtype=node.dtype)
     k = torch.zeros(new, layer.tp_k_head_num, layer.head_dim, dtype=node.dtype)
     v = torch.zeros(new, layer.tp_v_head_num, layer.v_head_dim, dtype=node.dtype)
@@ -588,17 +615,20 @@ def mla_layer(model_config: t.Any) -> t.Any:
             prefix="model.layers.0.self_attn")
 
 
-def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any, new: int, *, step: t.Dict[str, t.Any]) -> None:
+def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any, *, step: t.Dict[str, t.Any]) -> None:
     """The MLA layer's forward method for this batch, as the layer picks it (recorded in step), and its attention layer
-    (attn_mha for the MHA methods, attn_mqa for the absorbed ones) called with its own shapes; the KV cache is not
-    written."""
+    (attn_mha for the MHA methods, attn_mqa for the absorbed ones) called with its own shapes for every token of the
+    batch; the KV cache is not written."""
     # pylint: disable=import-error,import-outside-toplevel
     import torch
     from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
+    new = int(forward_batch.input_ids.numel())
     with forward_context(ForwardContext(attn_backend=backend)):
         method = layer.dispatch_attn_forward_method(forward_batch)
-        step["method"] = str(method.name)
+        step.setdefault("methods", [])
+        if str(method.name) not in step["methods"]:
+            step["methods"].append(str(method.name))
         attention = layer.attn_mha if "MHA" in method.name else layer.attn_mqa
         q = torch.zeros(new, attention.tp_q_head_num * attention.head_dim, dtype=node.dtype)
         k = torch.zeros(new, attention.tp_k_head_num, attention.head_dim, dtype=node.dtype)
@@ -607,12 +637,192 @@ def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any,
             attention(q, k, v, forward_batch, save_kv_cache=False)
 
 
+@dataclasses.dataclass
+class Model:
+    """One model of a service as the planner runs it: its runner, backend, parallel widths and MLA layer (or None)."""
+
+    node: t.Any
+    backend: t.Any
+    widths: t.Mapping[str, t.Any]
+    mla: t.Any
+
+
+def run_forward(model: Model, backend: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
+    """The backend's metadata for the batch, as SGLang's runners ask it -- eager (init_forward_metadata), or the CUDA-graph
+    runner's protocol at capture (init_forward_metadata_out_graph with in_capture, then _in_graph) and at replay -- and,
+    but at a replay (which runs the captured kernels), the forward of every attention layer."""
+    if metadata == "eager":
+        backend.init_forward_metadata(forward_batch)
+    else:
+        backend.init_forward_metadata_out_graph(forward_batch, **({"in_capture": True} if metadata == "capture" else {}))
+        backend.init_forward_metadata_in_graph(forward_batch)
+    if metadata == "replay":
+        # a replay runs the captured kernels: the layers' Python forward is not run again
+        return
+    if model.mla is not None:
+        mla_forward(backend, model.node, model.mla, forward_batch, step=step)
+    else:
+        for layer in layers(model.node, model.widths):
+            forward(backend, model.node, layer, forward_batch)
+
+
+def speculative(server_args: t.Any) -> t.Dict[str, int]:
+    """The service's speculative shape as SGLang resolved it (get_spec() on 0.5.23, the record before)."""
+    try:
+        from sglang.srt.runtime_context import get_spec  # pylint: disable=import-error,import-outside-toplevel
+
+        source: t.Any = get_spec()
+    except (ImportError, AttributeError, RuntimeError):
+        source = server_args
+    return {name: int(getattr(source, "speculative_" + name, None) or getattr(server_args, "speculative_" + name, None) or 1)
+            for name in ("num_steps", "eagle_topk", "num_draft_tokens")}
+
+
+def tokens_per_request(node: t.Any, shape: t.Mapping[str, int]) -> int:
+    """What one request adds to a batch of the CUDA-graph runner: SGLang's decode_num_tokens_per_req (0.5.21 on), before
+    it the draft tokens under speculative decoding, else one."""
+    if hasattr(node, "decode_num_tokens_per_req"):
+        return int(node.decode_num_tokens_per_req(num_draft_tokens=shape["num_draft_tokens"]))
+    return shape["num_draft_tokens"] if node.spec_algorithm.is_speculative() else 1
+
+
+def graph_sizes(node: t.Any, width: int) -> t.List[int]:
+    """The batch sizes SGLang's CUDA-graph runner captures for this runner (its get_batch_sizes_to_capture over the
+    service's resolved cuda-graph settings)."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
+
+    return [int(size) for size in get_batch_sizes_to_capture(node, width)[0]]
+
+
+def verify_input(node: t.Any, shape: t.Mapping[str, int], width: int, count: int) -> t.Any:
+    """The TARGET_VERIFY input SGLang's decode CUDA-graph runner builds for a speculative runner (its get_spec_info:
+    EagleVerifyInput, DFlashVerifyInput or NgramVerifyInput by algorithm), over a custom-mask buffer of its size."""
+    # pylint: disable=import-error,import-outside-toplevel
+    import torch
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    context = node.req_to_token_pool.req_to_token.shape[1]
+    holder = types.SimpleNamespace(
+        model_runner=node, speculative_num_steps=shape["num_steps"], speculative_num_draft_tokens=shape["num_draft_tokens"],
+        captured_req_width=width, buffers=types.SimpleNamespace(custom_mask=torch.ones(count * width * context, dtype=torch.bool)),
+        _capture_ragged_verify_layout=lambda num_tokens: None)
+    return DecodeCudaGraphRunner.get_spec_info(holder, count * width)  # type: ignore[arg-type]
+
+
+def graph_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
+    """The model runner's CUDA graphs as SGLang's decode graph runner makes them: its capture mode (DECODE, or
+    TARGET_VERIFY for a speculative target and for a draft that verifies like one, as DFLASH's), its state for the
+    largest size, then per batch size a capture (every request at the backend's fill length) and a replay (requests of
+    different lengths)."""
+    node, backend = model.node, model.backend
+    algorithm = node.spec_algorithm
+    verify = algorithm.is_speculative() and (not node.is_draft_worker or (
+        callable(getattr(algorithm, "supports_target_verify_for_draft", None)) and algorithm.supports_target_verify_for_draft()))
+    if node.is_draft_worker and not verify:
+        return
+    width = tokens_per_request(node, shape) if verify else 1
+    sizes = graph_sizes(node, width)
+    backend.init_cuda_graph_state(max(sizes), max(sizes) * width)
+    fill = int(backend.get_cuda_graph_seq_len_fill_value())
+    mode = "TARGET_VERIFY" if verify else "DECODE"
+    for size in sizes:
+        spec_info = verify_input(node, shape, width, size) if verify else None
+        cached = [max(fill - (0 if verify else 1), 0)] * size
+        yield ("CUDA-graph capture, %s" % mode, backend,
+               batch(node, mode, cached, [width] * size, spec_info), "capture")
+    for size in sizes:
+        cached = [4 + index % 7 for index in range(size)]
+        spec_info = verify_input(node, shape, width, size) if verify else None
+        yield ("CUDA-graph replay, %s" % mode, backend,
+               batch(node, mode, cached, [width] * size, spec_info), "replay")
+
+
+def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
+    """What a speculative service runs besides prompts and decode steps: on the target, TARGET_VERIFY of the draft
+    tokens; on an EAGLE-family draft, the multi-step draft decode through the backend SGLang's DraftBackendFactory makes
+    for it (topk tokens per request per step), eager and at its CUDA graphs' batch sizes."""
+    # pylint: disable=import-error,import-outside-toplevel
+    node = model.node
+    if not node.spec_algorithm.is_speculative():
+        return
+    if not node.is_draft_worker:
+        width = tokens_per_request(node, shape)
+        yield ("draft tokens verified (TARGET_VERIFY)", model.backend,
+               batch(node, "TARGET_VERIFY", [8, 5], [width, width], verify_input(node, shape, width, 2)), "eager")
+        return
+    if not node.spec_algorithm.is_eagle():
+        return
+    from sglang.srt.speculative.draft_utils import DraftBackendFactory
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    # what SGLang's EAGLE worker passes (0.5.15 adds the server args)
+    offered = {"server_args": node.server_args, "draft_model_runner": node, "topk": shape["eagle_topk"],
+               "speculative_num_steps": shape["num_steps"]}
+    multi_step = DraftBackendFactory(**accepted(DraftBackendFactory, offered)).create_decode_backend()
+    if multi_step is None:
+        return
+    topk = shape["eagle_topk"]
+    what = "draft decode, %d steps of topk %d" % (shape["num_steps"], topk)
+    yield (what, multi_step, batch(node, "DECODE", [8, 5], [topk, topk], EagleDraftInput()), "draft")
+    sizes = graph_sizes(node, 1)
+    multi_step.init_cuda_graph_state(max(sizes), max(sizes) * topk)
+    fill = int(multi_step.attn_backends[0].get_cuda_graph_seq_len_fill_value())
+    for size in sizes:
+        yield ("CUDA-graph capture, %s" % what, multi_step,
+               batch(node, "DECODE", [fill] * size, [topk] * size, EagleDraftInput()), "draft capture")
+    for size in sizes:
+        yield ("CUDA-graph replay, %s" % what, multi_step,
+               batch(node, "DECODE", [4 + index % 7 for index in range(size)], [topk] * size, EagleDraftInput()),
+               "draft replay")
+
+
+def run_draft(model: Model, multi_step: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
+    """An EAGLE draft's multi-step decode: the multi-step backend's metadata (eager, or its CUDA-graph capture and replay),
+    then, but at a replay, each step's backend's forward."""
+    if metadata == "draft":
+        multi_step.init_forward_metadata(forward_batch)
+    else:
+        # SGLang's EAGLE draft CUDA-graph runner: out_graph (in_capture at capture), then in_graph
+        multi_step.init_forward_metadata_out_graph(forward_batch, **({"in_capture": True} if metadata == "draft capture" else {}))
+        multi_step.init_forward_metadata_in_graph(forward_batch)
+    if metadata == "draft replay":
+        return
+    for step_backend in multi_step.attn_backends:
+        if model.mla is not None:
+            mla_forward(step_backend, model.node, model.mla, forward_batch, step=step)
+        else:
+            for layer in layers(model.node, model.widths):
+                forward(step_backend, model.node, layer, forward_batch)
+
+
+def merge(steps: t.List[t.Dict[str, t.Any]], step: t.Dict[str, t.Any]) -> None:
+    """A step appended to the record, or folded into the one before when only its batch size differs and it asked the
+    same (a CUDA graph's capture at every size is one entry listing the sizes)."""
+    last = steps[-1] if steps else {}
+    same = {key: value for key, value in step.items() if key != "requests"}
+    if last and last.get("graph") and step.get("graph") == last["graph"] and same == {
+            key: value for key, value in last.items() if key != "requests"}:
+        last["requests"].extend(step["requests"])
+        return
+    steps.append(step)
+
+
 def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config: t.Any, draft: bool,
                recorder: Recorder, *, held: contextlib.ExitStack) -> t.Dict[str, t.Any]:
-    """One model's attention backend through BATCHES: per batch, what it asked of FlashInfer (modules, kernel-set files),
-    SGLang's JIT and Triton."""
+    """One model's attention backend through every mode the server runs it in: the eager BATCHES, the speculative steps
+    (verify on the target, the multi-step draft decode on an EAGLE draft) and the CUDA graphs at SGLang's batch sizes.
+    Per step: what it asked of FlashInfer (modules, kernel-set files), SGLang's JIT and Triton."""
     widths = publish(server_args, held)
-    node = as_model_runner(runner(server_args, resolved, model_config, draft, widths))
+    shape = speculative(server_args)
+    requests = 2
+    if not getattr(server_args, "disable_cuda_graph", False):
+        # the pool holds SGLang's largest capture size: its runner clamps the sizes to the pool, which a server sizes
+        # from its GPU memory; asked of a runner whose pool is larger than any size
+        probe = as_model_runner(runner(server_args, resolved, model_config, draft, widths))
+        probe.req_to_token_pool = types.SimpleNamespace(size=1 << 16)
+        requests = max([requests] + graph_sizes(probe, 1))
+    node = as_model_runner(runner(server_args, resolved, model_config, draft, widths, requests=requests))
     start = len(recorder.asked)
     backend = build_backend(node)
     names = sorted({node.prefill_attention_backend_str, node.decode_attention_backend_str})
@@ -633,27 +843,40 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
             raise PlanError("SGLang %s's MLA attention layer could not be built here for %s (%s: %s), so its %s backend "
                             "cannot be run" % (sglang_release(), model_config.model_path, type(exc).__name__, exc,
                                                " / ".join(names))) from exc
-    for what, mode, prefix, new in BATCHES:
-        start = len(recorder.asked)
-        forward_batch = batch(node, mode, prefix, new)
-        step: t.Dict[str, t.Any] = {"batch": what, "mode": mode}
-        try:
-            backend.init_forward_metadata(forward_batch)
-            if mla is not None:
-                mla_forward(backend, node, mla, forward_batch, new, step=step)
-            else:
-                for layer in layers(node, widths):
-                    forward(backend, node, layer, forward_batch, new)
-        except KernelSetMissing:
-            # the getter stopped where FlashInfer would download; the batch asked for nothing after it
-            step["stopped"] = "a kernel-set file is not in place"
-        except PlanError:
-            raise
-        except Exception as exc:  # pylint: disable=broad-exception-caught
-            raise PlanError("SGLang %s's attention backend %s (%s) could not be run here for %s (%s: %s)" % (
-                sglang_release(), type(backend).__name__, " / ".join(names), what, type(exc).__name__, exc)) from exc
-        step["asked"] = ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]
-        planned["batches"].append(step)
+    model = Model(node=node, backend=backend, widths=widths, mla=mla)
+
+    def steps() -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
+        for what, mode, prefixes, news in BATCHES:
+            yield what, backend, batch(node, mode, prefixes, news), "eager"
+        yield from speculative_steps(model, shape)
+        if getattr(server_args, "disable_cuda_graph", False):
+            planned["cuda_graph"] = "disabled (disable-cuda-graph)"
+        else:
+            yield from graph_steps(model, shape)
+
+    what = "building the batches"
+    try:
+        for what, step_backend, forward_batch, metadata in steps():
+            start = len(recorder.asked)
+            step: t.Dict[str, t.Any] = {"batch": what, "mode": forward_batch.forward_mode.name,
+                                        "requests": [int(forward_batch.batch_size)]}
+            if metadata.endswith(("capture", "replay")):
+                step["graph"] = metadata.rsplit(" ", 1)[-1]
+            try:
+                if metadata.startswith("draft"):
+                    run_draft(model, step_backend, forward_batch, step, metadata)
+                else:
+                    run_forward(model, step_backend, forward_batch, step, metadata)
+            except KernelSetMissing:
+                # the getter stopped where FlashInfer would download; the batch asked for nothing after it
+                step["stopped"] = "a kernel-set file is not in place"
+            step["asked"] = ["%s %s" % (kind, name) for kind, name, _spec in recorder.since(start)]
+            merge(planned["batches"], step)
+    except PlanError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        raise PlanError("SGLang %s's attention backend %s (%s) could not be run here for %s (%s: %s)" % (
+            sglang_release(), type(backend).__name__, " / ".join(names), what, type(exc).__name__, exc)) from exc
     return planned
 
 

@@ -92,9 +92,27 @@ def test_a_constructor_is_offered_what_it_takes_and_must_get_what_it_needs(monke
         planner.accepted(Translator, {"req_to_token": 1})
 
 
-def test_the_batch_shapes_are_a_new_prompt_a_prefix_hit_and_a_decode_step() -> None:
-    assert [(mode, prefix > 0) for _what, mode, prefix, _new in planner.BATCHES] == [
-        ("EXTEND", False), ("EXTEND", True), ("DECODE", True)]
+def test_the_batch_shapes_are_new_prompts_prefix_hits_and_a_decode_step_of_several_requests() -> None:
+    assert [(mode, all(prefixes), len(prefixes)) for _what, mode, prefixes, _news in planner.BATCHES] == [
+        ("EXTEND", False, 2), ("EXTEND", True, 2), ("DECODE", True, 2)]
+    for _what, mode, prefixes, news in planner.BATCHES:
+        # requests of different lengths, each within the pool's slots per request
+        assert len(set(prefix + new for prefix, new in zip(prefixes, news))) == len(news)
+        assert max(prefix + new for prefix, new in zip(prefixes, news)) <= planner.CONTEXT
+        assert mode != "DECODE" or set(news) == {1}
+
+
+def test_graph_steps_fold_into_one_entry_per_phase_listing_the_sizes() -> None:
+    steps: t.List[t.Dict[str, t.Any]] = []
+    for size in (1, 2, 4):
+        planner.merge(steps, {"batch": "CUDA-graph capture, DECODE", "mode": "DECODE", "requests": [size], "graph": "capture",
+                              "asked": ["triton k"]})
+    # the same phase asking something else is its own entry; an eager step never folds
+    planner.merge(steps, {"batch": "CUDA-graph capture, DECODE", "mode": "DECODE", "requests": [8], "graph": "capture",
+                          "asked": ["flashinfer m"]})
+    planner.merge(steps, {"batch": "a decode step", "mode": "DECODE", "requests": [2], "asked": []})
+    planner.merge(steps, {"batch": "a decode step", "mode": "DECODE", "requests": [2], "asked": []})
+    assert [step["requests"] for step in steps] == [[1, 2, 4], [8], [2], [2]]
 
 
 def test_qwen2_7b_heads_do_not_split_over_eight_gpus() -> None:
