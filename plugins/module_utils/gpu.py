@@ -59,8 +59,12 @@ FLASHINFER_MIN_CAPABILITY = (7, 5)
 
 _CAPABILITY_RE = re.compile(r"^(\d+)\.(\d+)$")
 _NVCC_RELEASE_RE = re.compile(r"release (\d+)\.(\d+), V(\d+(?:\.\d+)*)")
-_BANNER_CUDA_RE = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
-_BANNER_DRIVER_RE = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
+# The banner's header: "Driver Version: 580.95.05  CUDA Version: 13.0"; from driver 610 on, "KMD Version: 610.43.02
+# CUDA UMD Version: 13.3" (real captures: tests/unit/fixtures/nvidia-smi/public)
+_BANNER_CUDA_RE = re.compile(r"CUDA (?:UMD )?Version:\s*(\d+)\.(\d+)")
+_BANNER_DRIVER_RE = re.compile(r"(?:Driver|KMD) Version:\s*([0-9][0-9.]*)")
+# topo -m separates its cells with tabs; a copy through a terminal has runs of spaces instead
+_TOPO_CELL_SPLIT_RE = re.compile(r"\t|\s{2,}")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _GPU_LABEL_RE = re.compile(r"^GPU(\d+)$")
 _NVLINK_RE = re.compile(r"^NV(\d+)$")
@@ -314,8 +318,10 @@ def parse_topology(text: str, command: str, gpu_count: int) -> t.Dict[str, t.Any
     header: t.Optional[t.List[str]] = None
     rows: t.Dict[int, t.Tuple[int, str, t.List[str]]] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = _ANSI_RE.sub("", raw)
-        cells = [cell.strip() for cell in line.split("\t")]
+        line = _ANSI_RE.sub("", raw).rstrip()
+        cells = [cell.strip() for cell in _TOPO_CELL_SPLIT_RE.split(line)]
+        if cells and not cells[0] and header is not None:
+            cells = cells[1:]
         if header is None:
             labels = [cell for cell in cells if cell]
             if labels and _GPU_LABEL_RE.match(labels[0]):

@@ -148,7 +148,9 @@ ansible_facts:
           returned: always
           sample: "580.159.04"
         driver_cuda_version:
-          description: Highest CUDA version the driver supports (C(CUDA Version) in the C(nvidia-smi) banner).
+          description: >-
+            Highest CUDA version the driver supports (C(CUDA Version) in the C(nvidia-smi) banner; C(CUDA UMD Version)
+            from driver 610 on). Null, with a warning, where the banner names none.
           type: str
           returned: always
           sample: "13.0"
@@ -499,6 +501,9 @@ def gather_gpus(module: AnsibleModule, facts: t.Dict[str, t.Any]) -> None:
     if rc == 0:
         banner = gpu.parse_banner(out)
         facts["driver_cuda_version"] = banner["driver_cuda_version"]
+        if banner["driver_cuda_version"] is None:
+            facts["warnings"].append("`nvidia-smi` (banner) names no CUDA version the driver supports: driver_cuda_version "
+                                     "is null; its header was: %s" % " ".join(out.strip().splitlines()[:3])[:300])
     else:
         facts["warnings"].append("`nvidia-smi` (banner) failed: %s" % failure_status(rc, out, err, runner.timeout)[1])
 

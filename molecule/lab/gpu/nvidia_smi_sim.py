@@ -70,9 +70,13 @@ def gpus(profile: t.Dict[str, t.Any]) -> t.List[t.Dict[str, t.Any]]:
         if "uuid" not in gpu:
             digest = hashlib.sha256(("%s/%d" % (profile["name"], index)).encode()).hexdigest()
             gpu["uuid"] = "GPU-%s-%s-%s-%s-%s" % (digest[:8], digest[8:12], digest[12:16], digest[16:20], digest[20:32])
-        gpu.setdefault("memory_used_mib", 0)
         if isinstance(gpu.get("memory_mib"), int):
+            gpu.setdefault("memory_used_mib", 0)
             gpu.setdefault("memory_free_mib", gpu["memory_mib"] - gpu["memory_used_mib"])
+        else:
+            # unified memory (GB10): memory.total, .used and .free are all [N/A] (real captures:
+            # tests/unit/fixtures/nvidia-smi/public)
+            gpu.setdefault("memory_used_mib", None)
         gpu["count"] = len(profile["gpus"])
         result.append(gpu)
     return result
@@ -116,7 +120,9 @@ def query_gpu(profile: t.Dict[str, t.Any], spec: str, fmt: str) -> int:
 
 
 def short_name(name: str) -> str:
-    return name if len(name) <= 29 else name[:26] + "..."
+    """The banner's name cell: a name over 27 characters is cut to 24 and "..." (real captures:
+    tests/unit/fixtures/nvidia-smi/public, "NVIDIA RTX PRO 6000 Blac...")."""
+    return name if len(name) <= 27 else name[:24] + "..."
 
 
 def banner(profile: t.Dict[str, t.Any]) -> int:
@@ -133,13 +139,16 @@ def banner(profile: t.Dict[str, t.Any]) -> int:
     print("|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|")
     for gpu in gpus(profile):
         persistence = "On" if gpu.get("persistence_mode") == "Enabled" else "Off"
-        memory = "%dMiB" % gpu["memory_mib"] if isinstance(gpu.get("memory_mib"), int) else "Not Supported"
-        used = "%dMiB" % gpu["memory_used_mib"]
+        unified = not isinstance(gpu.get("memory_mib"), int)
         print("|%4d  %-30s%3s  |%19s %3s |%21s |" % (
             gpu["index"], short_name(gpu["name"]), persistence, gpu["bus_id"], "Off", gpu.get("ecc", "0")))
-        print("|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |" % (
+        # a unified-memory GPU (GB10) has no framebuffer to report and no power limit: "Not Supported", "N/A"
+        memory = " Not Supported          " if unified else "%11s / %9s " % (
+            "%dMiB" % gpu["memory_used_mib"], "%dMiB" % gpu["memory_mib"])
+        limit = "%dW" % int(gpu["power_limit_w"]) if gpu.get("power_limit_w") else "N/A "
+        print("|%4s%6s%6s%16s / %5s |%s|%8s%13s |" % (
             "N/A", "%dC" % gpu.get("temperature_c", 36), "P0", "%dW" % gpu.get("power_draw_w", 103),
-            "%dW" % int(gpu.get("power_limit_w") or 0), used, memory, "0%", "Default"))
+            limit, memory, "0%", "Default"))
         print("|%41s|%24s|%21s |" % ("", "", gpu.get("mig_mode") or "N/A"))
         print(cells)
     print()

@@ -221,6 +221,28 @@ def test_failed_topology_is_a_warning_not_a_failure(node: Node, canned: t.Callab
     assert shown == ["`nvidia-smi topo -m` failed: exit 3: topology not supported"]
 
 
+def test_an_r610_driver_banner_gives_its_cuda_version(node: Node, canned: t.Callable[..., t.Any],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # a real B200's banner under driver 610 ("KMD Version", "CUDA UMD Version"): tests/unit/fixtures/nvidia-smi/public
+    node.add_nvidia_smi()
+    node.answer_profile(canned, "b200-x8")
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia-smi", "public", "b200-r610.banner.txt")) as handle:
+        node.answers[()] = (0, handle.read(), "")
+    facts = node.run(capsys)["ansible_facts"]["inferops_gpu"]
+    assert facts["driver_cuda_version"] == "13.3"
+    assert not [warning for warning in facts["warnings"] if "banner" in warning]
+
+
+def test_a_banner_without_a_cuda_version_is_a_warning(node: Node, canned: t.Callable[..., t.Any],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    node.add_nvidia_smi()
+    node.answer_profile(canned, "b200-x8")
+    node.answers[()] = (0, "| NVIDIA-SMI 999.1   Kernel Driver: 999.1   CUDA Runtime: 14.0 |\n", "")
+    facts = node.run(capsys)["ansible_facts"]["inferops_gpu"]
+    assert facts["driver_cuda_version"] is None
+    assert [warning for warning in facts["warnings"] if "names no CUDA version" in warning and "999.1" in warning]
+
+
 def test_explicit_nvidia_smi_that_does_not_exist_names_the_option(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
     result = node.run(capsys, nvidia_smi=str(node.tmp / "nope" / "nvidia-smi"))
     assert result["failed"] is True
