@@ -228,6 +228,7 @@ def diagnose(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.T
                                                         env_file)))
     problems.extend(coverage_problems(config, view))
     problems.extend(cubin_problems(config, view))
+    problems.extend(kernel_set_problems(config, view))
     stale = ["%s (%s)" % (module["name"], module["out_of_date"]) for module in view.get("modules", []) if module.get("out_of_date")]
     if stale:
         problems.append(("modules_stale", "JIT modules ninja would rebuild at their first load, as their sources, headers or "
@@ -262,6 +263,30 @@ def cubin_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.Li
              "at a set that `python -m flashinfer download-cubin` of this release wrote on a connected host%s." % (
                  view.get("flashinfer_version"), where, cubins.get("set"), cubins.get("problem"),
                  "; then re-run the inferops.blackwell site playbook" if provided else ""))]
+
+
+def kernel_set_problems(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+    """A FlashInfer kernel set that a service's attention backend reads (the recorded plan's kernel_sets) and that is not
+    on the node: FlashInfer would download it at the service's first request, after the model loaded, and an air-gapped
+    node fails there. Refused unless the operator lets the set come at the first request (kernel_set_download)."""
+    if config.get("kernel_set_download"):
+        return []
+    problems = []
+    for path, entry in sorted(((view.get("derived") or {}).get("configs") or {}).items()):
+        for found in entry.get("kernel_sets") or []:
+            if not found.get("missing"):
+                continue
+            problems.append(("kernel_set_missing", "%s: attention %s reads FlashInfer %s's kernel set %s (%s), which is not "
+                             "on this node: FlashInfer would download it at the service's first request, after the model "
+                             "loaded, and an air-gapped node fails there; re-running the roles cannot place it. Fix: "
+                             "flashinfer_cubin: true (this release's flashinfer-cubin from your mirror), or "
+                             "FLASHINFER_CUBIN_DIR in cuda_env_extra (a set `python -m flashinfer download-cubin` of this "
+                             "release wrote); or another attention backend in the service's extra_args; or, where the node "
+                             "may fetch it, flashinfer_kernel_set_at_first_request: true; then re-run the inferops.blackwell "
+                             "site playbook." % (os.path.basename(path), " / ".join(entry.get("attention_backends") or []),
+                                                 view.get("flashinfer_version"), found.get("set"),
+                                                 ", ".join(found.get("for") or []))))
+    return problems
 
 
 # The environment a service really runs with. systemd builds it from every Environment= and EnvironmentFile= of the
@@ -416,7 +441,7 @@ def check(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any]) -> t.List[str]:
 # reads every *.prom file of one directory). Causes are fixed words, so an alert can group by them.
 CAUSES = ("no_ninja", "no_python", "flashinfer_error", "no_arch", "arch_mismatch", "cuda_too_old", "not_warmed",
           "config_changed", "sglang_jit_cache", "modules_stale", "modules_missing", "toolkit_changed", "trtllm_cubins",
-          "unit_environment")
+          "kernel_set_missing", "unit_environment")
 
 
 def label_value(text: t.Any) -> str:

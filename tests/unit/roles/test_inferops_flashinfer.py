@@ -442,3 +442,32 @@ def test_systemd_that_does_not_answer_is_a_problem_not_a_pass(pinned: t.Dict[str
     monkeypatch.setattr(tool.subprocess, "run", refused)
     (problem,) = tool.units_environment_problems(pinned)
     assert problem[0] == "unit_environment" and "Failed to connect to bus" in problem[1]
+
+
+MISSING_SET = {"derived": {"configs": {"/etc/inferops/sglang/sglang-ar.yaml": {
+    "attention_backends": ["trtllm_mla"], "kernel_sets": [{
+        "set": "2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c/fmha/trtllm-gen", "missing": True,
+        "for": ["flashinfer.jit.attention.modules.gen_trtllm_gen_fmha_module"]}]}}}}
+
+
+def test_a_kernel_set_a_service_reads_and_the_node_lacks_is_refused_with_the_fix(node: t.Dict[str, t.Any]) -> None:
+    view = dict(GOOD, derive=False, **MISSING_SET)
+    found = [(cause, text) for cause, text in tool.diagnose(dict(node, derive=False), view) if cause == "kernel_set_missing"]
+    assert len(found) == 1 and found[0][0] in tool.CAUSES
+    text = found[0][1]
+    assert text.startswith("sglang-ar.yaml: attention trtllm_mla reads FlashInfer 0.6.18's kernel set "
+                           "2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c/fmha/trtllm-gen (flashinfer.jit.attention.modules.")
+    for fix in ("flashinfer_cubin: true", "FLASHINFER_CUBIN_DIR", "extra_args", "flashinfer_kernel_set_at_first_request: true"):
+        assert fix in text
+    # the rollout leaves such a node alone: re-running the roles cannot place the set (playbooks/rollout.yml matches this)
+    assert "re-running the roles cannot place it" in text
+
+
+def test_a_kernel_set_the_operator_lets_come_at_the_first_request_or_that_is_in_place_is_not_refused(
+        node: t.Dict[str, t.Any]) -> None:
+    config = dict(node, derive=False)
+    view = dict(GOOD, **MISSING_SET)
+    assert tool.kernel_set_problems(dict(config, kernel_set_download=True), view) == []
+    in_place = json.loads(json.dumps(MISSING_SET))
+    in_place["derived"]["configs"]["/etc/inferops/sglang/sglang-ar.yaml"]["kernel_sets"][0]["missing"] = False
+    assert tool.kernel_set_problems(config, dict(GOOD, **in_place)) == []
