@@ -12,15 +12,18 @@ comes from the real SGLang release installed beside it:
   SGLang's own code, given the node's simulated GPUs, which torch reports through the lab's torch shim;
 - the model's shape is SGLang's `ModelConfig` of the model directory (config.json);
 - requests are normalised by SGLang's `SamplingParams`;
-- attention: SGLang's own attention backend (the class its registry picks for the resolved
-  backend: FlashInferAttnBackend, FlashInferMLAAttnBackend for an MLA model, TRTLLMHAAttnBackend on SM 10.x where the
-  release's trtllm-gen kernel set is in place -- without it FlashInfer would download the set) runs its planning
-  (init_forward_metadata) and, for a dense model, its forward, for each batch the server goes
-  through: the start-up warm-up request (a greedy one), then each request's own extend (its
-  cached prefix, if it hits an earlier prompt) and a decode step. Every FlashInfer module the
-  backend asks for is really loaded by FlashInfer (from its cache, or JIT-built), then handed
-  back as a stand-in whose kernels do nothing (no GPU); Triton kernels are not launched.
-  This harness is the lab's own, written apart from the role's planner
+- attention: whichever attention backend SGLang resolves for the service (no list of backends here), built as
+  SGLang's ModelRunner builds it (get_attention_backend; its registry before 0.5.23) over the model runner of SGLang's
+  own attention test kit (sglang.test.kits.attention_unittest: MockModelRunner, MockMLAModelRunner), holding the
+  model's shapes on one rank (heads, KV heads, head dims), dtype, KV cache dtype and window as SGLang decided them.
+  The kit makes the batches (_make_forward_batch) and a speculative target's verify input (_make_spec_verify_input),
+  and drives the CUDA graphs' metadata (capture and replay); the backend plans (init_forward_metadata) and, for a
+  dense model, runs its attention layers, at start-up (the CUDA graphs of an autoregressive service's decode, or a
+  speculative service's verify step, then the greedy warm-up request) and at each request (its extend after its
+  cached prefix, and a decode step). Every FlashInfer module the backend asks for is really loaded by FlashInfer
+  (from its cache, or JIT-built), then handed back as a stand-in whose kernels do nothing (no GPU); Triton kernels
+  are not launched; a kernel-set file FlashInfer would download is said, not fetched (the lab has no route off its
+  bridge). This harness is the lab's own, written apart from the role's planner
   (roles/inferops/files/inferops_sglang_plan.py), so that a disagreement fails here.
 What is simulated: loading weights (a sleep) and running kernels (none run). Besides attention:
 - `sampling` at the first request that needs top-k / top-p / min-p (a temperature-only or
@@ -34,6 +37,7 @@ Serves /health, /health_generate, /v1/models, /model_info and POST /generate.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.server
 import inspect
 import json
@@ -79,156 +83,302 @@ class Stub:
         return Stub()
 
 
+@dataclasses.dataclass
+class Shape:
+    """What SGLang decides of one model of the service, before SGLang's attention test kit is imported (its modules pin
+    the attention TP size to 1 when imported): the model config, its heads and KV heads on one rank, window, KV dtype,
+    page size and backends."""
+
+    config: t.Any
+    tp: int
+    window: t.Optional[int]
+    kv: t.Any
+    page: int
+    prefill: str
+    decode: str
+    draft: bool
+
+    @property
+    def heads(self) -> int:
+        return int(self.config.num_attention_heads) // self.tp
+
+    @property
+    def kv_heads(self) -> int:
+        # an MLA model's cache holds one latent head
+        return 1 if self.mla else int(self.config.get_num_kv_heads(self.tp))
+
+    @property
+    def mla(self) -> bool:
+        from sglang.srt.configs.model_config import AttentionArch  # noqa: PLC0415
+
+        return self.config.attention_arch == AttentionArch.MLA
+
+
+HELD: t.List[t.Any] = []
+
+
+def hold(override: t.Any) -> None:
+    """Enter one of SGLang's runtime-context overrides for the rest of the process (it restores on exit, and on being
+    collected: it is kept here)."""
+    override.__enter__()  # pylint: disable=unnecessary-dunder-call
+    HELD.append(override)
+
+
+def shape_of(server_args: t.Any, resolved: t.Mapping[str, t.Any], draft: bool) -> Shape:
+    """One model of the service as SGLang's own code sees it: its ModelConfig, parallel widths, KV cache dtype and
+    sliding window."""
+    # pylint: disable=import-outside-toplevel
+    import torch  # noqa: PLC0415
+    from sglang.srt import runtime_context  # noqa: PLC0415
+    from sglang.srt.configs.model_config import ModelConfig  # noqa: PLC0415
+    from sglang.srt.models.registry import ModelRegistry  # noqa: PLC0415
+
+    modern = release_has("sglang.srt.arg_groups.model_override_base")  # SGLang 0.5.21 and later; else 0.5.15
+    draft_path = resolved.get("speculative_draft_model_path")
+    prefill, decode = attention_backends(resolved)
+    algorithm = resolved.get("speculative_algorithm")
+    if modern:
+        from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view  # noqa: PLC0415
+        from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
+        from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: PLC0415
+            resolve_sliding_window_size,
+        )
+
+        config = ModelConfig.from_server_args(server_args, model_path=draft_path) if draft else model_config_of(server_args)
+        runtime_context.publish(server_args, role="scheduler",
+                                ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
+        tp = runtime_context.parallel_widths_of(resolving_view(server_args))["attn_tp_size"]
+        kv = configure_kv_cache_dtype(
+            server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
+            is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
+            speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
+            speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
+        model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
+        model = types.SimpleNamespace(config=config.hf_config)
+        if hasattr(model_cls, "get_attention_sliding_window_size"):
+            model.get_attention_sliding_window_size = model_cls.get_attention_sliding_window_size.__get__(model)
+        try:
+            window = resolve_sliding_window_size(model, config)
+        except AttributeError:  # a window the loaded model's constructor sets (EAGLE3's draft window): none given here
+            window = resolve_sliding_window_size(types.SimpleNamespace(config=config.hf_config), config)
+    else:
+        # SGLang 0.5.15: the record is published with set_server_args; the widths come from process groups the
+        # stand-in does not make, so the scheduler's values for one rank are held as the context's overrides; the KV
+        # dtype is ModelRunner.configure_kv_cache_dtype's on a holder; the window is read inside load_model from the
+        # loaded model, which the lab does not have: the lab serves such a release models without one
+        from sglang.srt.layers.dp_attention import compute_dp_attention_world_info  # noqa: PLC0415
+        from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: PLC0415
+
+        config = ModelConfig.from_server_args(server_args, model_path=draft_path if draft else server_args.model_path)
+        runtime_context.get_context().set_server_args(server_args)
+        cp = int(getattr(server_args, "attn_cp_size", 1) or 1)
+        _rank, tp, _dp_rank, dp = compute_dp_attention_world_info(server_args.enable_dp_attention, 0, server_args.tp_size,
+                                                                  server_args.dp_size, cp)
+        hold(runtime_context.get_parallel().override(
+            tp_size=server_args.tp_size, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0, attn_dp_size=dp, attn_dp_rank=0,
+            attn_cp_size=cp, attn_cp_rank=0))
+        holder = types.SimpleNamespace(server_args=server_args, model=torch.nn.Module(), dtype=config.dtype)
+        ModelRunner.configure_kv_cache_dtype(holder)
+        kv = holder.kv_cache_dtype
+        model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
+        asked = getattr(model_cls, "get_attention_sliding_window_size", None)
+        try:
+            answer = asked(types.SimpleNamespace(config=config.hf_config)) if asked else None
+        except AttributeError:  # EAGLE3's draft window comes from its constructor: none given here
+            answer = None
+        if answer is not None or config.is_hybrid_swa or getattr(config, "attention_chunk_size", None) is not None:
+            raise RuntimeError("LAB: SGLang %s reads a sliding window from the loaded model; the lab serves such a "
+                               "release only models without one" % getattr(sys.modules.get("sglang"), "__version__", "?"))
+        window = None
+    if draft and resolved.get("speculative_draft_attention_backend"):
+        prefill = decode = resolved["speculative_draft_attention_backend"]
+    return Shape(config=config, tp=int(tp), window=window, kv=kv, page=int(resolved.get("page_size") or 1),
+                 prefill=prefill, decode=decode, draft=draft)
+
+
+def one_rank() -> None:
+    """LAB: the stand-in's process becomes a world of one rank before SGLang's attention test kit is imported (the kit's
+    modules pin the attention TP size to 1 when imported, and SGLang checks the world against it). What SGLang decided
+    for one rank of the service (Shape: its heads on a rank) was taken before."""
+    from sglang.srt import runtime_context  # noqa: PLC0415
+
+    wanted = {"tp_size": 1, "tp_rank": 0, "attn_tp_size": 1, "attn_tp_rank": 0, "attn_dp_size": 1, "attn_dp_rank": 0,
+              "attn_cp_size": 1, "attn_cp_rank": 0, "moe_ep_size": 1, "moe_dp_size": 1, "moe_tp_size": 1}
+    fields = getattr(runtime_context, "_parallel_fields", None)
+    if callable(fields):
+        wanted = {key: value for key, value in wanted.items() if key in fields()}
+    else:  # SGLang 0.5.15: the attention widths only
+        wanted = {key: value for key, value in wanted.items() if not key.startswith("moe_")}
+    hold(runtime_context.get_parallel().override(**wanted))
+
+
 class Attention:
-    """One model's attention as SGLang's scheduler drives it, on a node without a GPU."""
+    """One model's attention as SGLang drives it, on a node without a GPU: the attention backend SGLang resolves for the
+    service (whichever it is: SGLang's get_attention_backend, or its registry before 0.5.23), over the model runner of
+    SGLang's own attention test kit (sglang.test.kits.attention_unittest: MockModelRunner, MockMLAModelRunner) holding
+    the model's shapes on one rank, its dtype, KV cache dtype and window; batches made by the kit (_make_forward_batch);
+    a speculative target's verify input made by the kit (_make_spec_verify_input); CUDA graphs' metadata through the
+    kit's capture and replay calls. The forward of a dense model's attention layers follows."""
 
-    def __init__(self, server_args: t.Any, resolved: t.Mapping[str, t.Any], draft: bool) -> None:
+    CONTEXT = 512  # tokens a request may hold in the stand-in's pools
+    REQUESTS = 4
+
+    def __init__(self, shape: Shape, mode: str = "EXTEND", draft_tokens: int = 0) -> None:
         # pylint: disable=import-outside-toplevel
-        import torch  # noqa: PLC0415
-        from sglang.srt import runtime_context  # noqa: PLC0415
-        from sglang.srt.configs.model_config import AttentionArch, ModelConfig  # noqa: PLC0415
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: PLC0415
+
+        self.shape = shape
+        self.mode = getattr(ForwardMode, mode)
+        self.kit = self.kit_module()
+        config = shape.config
+        case = self.case(self.mode, (0,) * 2, (max(draft_tokens, 1),) * 2)
+        if shape.mla:
+            tiny = self.kit.TinyMLAModelConfig(
+                num_heads=shape.heads, kv_lora_rank=int(config.kv_lora_rank), qk_rope_head_dim=int(config.qk_rope_head_dim),
+                hidden_size=int(config.hidden_size), context_len=self.CONTEXT)
+            # the model's own head dims where the kit's tiny model has its own (its MHA path: qk_nope + rope, v)
+            tiny.qk_nope_head_dim, tiny.v_head_dim = int(config.qk_nope_head_dim), int(config.v_head_dim)
+            tiny.hf_config.qk_nope_head_dim, tiny.hf_config.v_head_dim = tiny.qk_nope_head_dim, tiny.v_head_dim
+            tiny.scaling = getattr(config, "scaling", tiny.scaling)
+            self.runner = self.kit.MockMLAModelRunner(
+                case=case, model_config=tiny, dtype=config.dtype, device="cpu", max_context_len=self.CONTEXT,
+                kv_lora_rank=int(config.kv_lora_rank), qk_rope_head_dim=int(config.qk_rope_head_dim),
+                runner_batch_size=self.REQUESTS, **self.takes(self.kit.MockMLAModelRunner, fp8_kv_cache="float8" in str(shape.kv)))
+        else:
+            tiny = self.kit.TinyModelConfig(num_heads=shape.heads, num_kv_heads=shape.kv_heads, head_dim=int(config.head_dim),
+                                            hidden_size=int(config.hidden_size), context_len=self.CONTEXT,
+                                            sliding_window_size=shape.window)
+            self.runner = self.kit.MockModelRunner(case=case, model_config=tiny, dtype=config.dtype, device="cpu",
+                                                   max_context_len=self.CONTEXT, head_dim=int(config.head_dim),
+                                                   runner_batch_size=self.REQUESTS)
+            if shape.kv != config.dtype:
+                # the service's KV cache dtype (FP8): the kit's runner stores the compute dtype
+                self.runner.kv_cache_dtype = shape.kv
+                self.runner.token_to_kv_pool = type(self.runner.token_to_kv_pool)(**self.takes(
+                    type(self.runner.token_to_kv_pool), size=self.runner.token_to_kv_pool.size, page_size=shape.page,
+                    dtype=shape.kv, head_num=shape.kv_heads, head_dim=int(config.head_dim), layer_num=1, device="cpu",
+                    enable_memory_saver=False, enable_alt_stream=False))
+                if hasattr(self.runner, "init_kv_index_translator"):
+                    self.runner.init_kv_index_translator()
+        self.runner.prefill_attention_backend_str = shape.prefill
+        self.runner.decode_attention_backend_str = shape.decode
+        self.runner.is_draft_worker = shape.draft
+        self.backend = self.build()
+        self.label = "%s %s (%s%s)" % ("draft" if shape.draft else "model", config.model_path, type(self.backend).__name__,
+                                       "" if mode == "EXTEND" else ", " + mode)
+
+    def kit_module(self) -> t.Any:
+        # pylint: disable=import-outside-toplevel
+        if self.shape.mla:
+            from sglang.test.kits.attention_unittest.attention_methods import mla_attention  # noqa: PLC0415
+
+            return mla_attention
+        from sglang.test.kits.attention_unittest.attention_methods import dense_attention  # noqa: PLC0415
+
+        return dense_attention
+
+    @staticmethod
+    def takes(kind: t.Any, **offered: t.Any) -> t.Dict[str, t.Any]:
+        """The keyword arguments the release's class takes."""
+        parameters = inspect.signature(kind).parameters
+        return {key: value for key, value in offered.items() if key in parameters}
+
+    def case(self, mode: t.Any, prefixes: t.Tuple[int, ...], news: t.Tuple[int, ...]) -> t.Any:
+        """The kit's case for a batch of len(prefixes) requests."""
+        extend = () if mode.is_decode() else tuple(news)
+        if self.shape.mla:
+            return self.kit.MLAAttentionCase(name="lab", backend=self.shape.decode, forward_mode=mode,
+                                             num_heads=self.shape.heads, page_size=self.shape.page,
+                                             prefix_lens=tuple(prefixes), extend_lens=extend)
+        return self.kit.DenseAttentionCase(name="lab", backend=self.shape.decode, forward_mode=mode,
+                                           num_heads=self.shape.heads, num_kv_heads=self.shape.kv_heads,
+                                           page_size=self.shape.page, prefix_lens=tuple(prefixes), extend_lens=extend,
+                                           sliding_window_size=self.shape.window)
+
+    def build(self) -> t.Any:
+        """SGLang's attention backend for the runner, as its ModelRunner makes it."""
+        # pylint: disable=import-outside-toplevel
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS  # noqa: PLC0415
-        from sglang.srt.mem_cache import memory_pool  # noqa: PLC0415
-        from sglang.srt.models.registry import ModelRegistry  # noqa: PLC0415
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: PLC0415
 
-        modern = release_has("sglang.srt.arg_groups.model_override_base")  # SGLang 0.5.21 and later; else 0.5.15
-        draft_path = resolved.get("speculative_draft_model_path")
-        prefill, decode = attention_backends(resolved)
-        algorithm = resolved.get("speculative_algorithm")
-        model_cls = None
-        if modern:
-            from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view  # noqa: PLC0415
-            from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: PLC0415
-            from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: PLC0415
-                resolve_sliding_window_size,
+        try:
+            from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (  # noqa: PLC0415
+                get_attention_backend,
             )
-
-            config = ModelConfig.from_server_args(server_args, model_path=draft_path) if draft else model_config_of(server_args)
-            runtime_context.publish(server_args, role="scheduler",
-                                    ranks=runtime_context.SpawnRanks(world_rank=0, dp_rank=0, gpu_id=0))
-            tp = runtime_context.parallel_widths_of(resolving_view(server_args))["attn_tp_size"]
-            kv = configure_kv_cache_dtype(
-                server_args_kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto", model=None, model_dtype=config.dtype,
-                is_draft_worker=draft, is_dflash=str(algorithm or "").upper() == "DFLASH",
-                speculative_draft_attention_backend=resolved.get("speculative_draft_attention_backend"),
-                speculative_draft_kv_cache_dtype=resolved.get("speculative_draft_kv_cache_dtype"))[1]
-            model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
-            model = types.SimpleNamespace(config=config.hf_config)
-            if hasattr(model_cls, "get_attention_sliding_window_size"):
-                model.get_attention_sliding_window_size = model_cls.get_attention_sliding_window_size.__get__(model)
-            try:
-                window = resolve_sliding_window_size(model, config)
-            except AttributeError:  # a window the loaded model's constructor sets (EAGLE3's draft window): none given here
-                window = resolve_sliding_window_size(types.SimpleNamespace(config=config.hf_config), config)
-        else:
-            # SGLang 0.5.15: the record is published with set_server_args; the widths come from process groups the
-            # stand-in does not make, so the scheduler's values for one rank are held as the context's overrides; the KV
-            # dtype is ModelRunner.configure_kv_cache_dtype's on a holder; the window is read inside load_model from the
-            # loaded model, which the lab does not have: the lab serves such a release models without one
-            from sglang.srt.layers.dp_attention import compute_dp_attention_world_info  # noqa: PLC0415
-            from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: PLC0415
-
-            config = ModelConfig.from_server_args(server_args, model_path=draft_path if draft else server_args.model_path)
-            runtime_context.get_context().set_server_args(server_args)
-            cp = int(getattr(server_args, "attn_cp_size", 1) or 1)
-            _rank, tp, _dp_rank, dp = compute_dp_attention_world_info(server_args.enable_dp_attention, 0, server_args.tp_size,
-                                                                      server_args.dp_size, cp)
-            self.widths = runtime_context.get_parallel().override(
-                tp_size=server_args.tp_size, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0, attn_dp_size=dp, attn_dp_rank=0,
-                attn_cp_size=cp, attn_cp_rank=0)
-            self.widths.__enter__()
-            holder = types.SimpleNamespace(server_args=server_args, model=torch.nn.Module(), dtype=config.dtype)
-            ModelRunner.configure_kv_cache_dtype(holder)
-            kv = holder.kv_cache_dtype
-            model_cls = ModelRegistry.resolve_model_cls(config.hf_config.architectures)[0]
-            asked = getattr(model_cls, "get_attention_sliding_window_size", None)
-            try:
-                answer = asked(types.SimpleNamespace(config=config.hf_config)) if asked else None
-            except AttributeError:  # EAGLE3's draft window comes from its constructor: none given here
-                answer = None
-            if answer is not None or config.is_hybrid_swa or getattr(config, "attention_chunk_size", None) is not None:
-                raise RuntimeError("LAB: SGLang %s reads a sliding window from the loaded model; the lab serves such a "
-                                   "release only models without one" % getattr(sys.modules.get("sglang"), "__version__", "?"))
-            window = None
-        self.page = int(resolved.get("page_size") or 1)
-        self.config, self.tp, self.window, self.kv = config, tp, window, kv
-        self.runner = types.SimpleNamespace(
-            device="cpu", gpu_id=0, model_config=config, server_args=server_args, dtype=config.dtype, kv_cache_dtype=kv,
-            kv_cache_dtype_str=str(resolved.get("kv_cache_dtype") or "auto"), page_size=self.page,
-            prefill_attention_backend_str=prefill, decode_attention_backend_str=decode, draft_attention_backend=None,
-            is_draft_worker=draft, spec_algorithm=SpeculativeAlgorithm.from_string(algorithm),
-            use_mla_backend=config.attention_arch == AttentionArch.MLA, init_new_workspace=False, sliding_window_size=window,
-            is_hybrid_swa=bool(config.is_hybrid_swa), attention_chunk_size=getattr(config, "attention_chunk_size", None),
-            hisparse_coordinator=None, model=torch.nn.Module(), max_running_requests=4, canary_manager=None,
-            plan_stream_for_flashinfer="LAB: no CUDA stream")
-        self.runner.req_to_token_pool = memory_pool.ReqToTokenPool(size=4, max_context_len=512, device="cpu",
-                                                                   enable_memory_saver=False)
-        if self.runner.use_mla_backend:
-            pool = memory_pool.MLATokenToKVPool(size=2048 + self.page, page_size=self.page, dtype=kv, layer_num=1,
-                                                kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim,
-                                                device="cpu", enable_memory_saver=False)
-        else:
-            pool = memory_pool.MHATokenToKVPool(size=2048 + self.page, page_size=self.page, dtype=kv, layer_num=1,
-                                                head_num=config.get_num_kv_heads(tp), head_dim=config.head_dim, device="cpu",
-                                                enable_memory_saver=False, enable_alt_stream=False)
-        self.runner.token_to_kv_pool = pool
-        self.runner.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=self.page, get_kvcache=lambda: pool)
-        self.runner.kv_index_translator = None
-        if modern:
-            from sglang.srt.mem_cache import kv_index_translator  # noqa: PLC0415
-
-            translator = kv_index_translator.KVIndexTranslator
-            wanted = {"req_to_token": self.runner.req_to_token_pool.req_to_token, "token_to_kv_pool_allocator":
-                      self.runner.token_to_kv_pool_allocator, "token_to_kv_pool": pool, "page_size": self.page, "device": "cpu",
-                      "is_draft_worker": draft}
-            takes = inspect.signature(translator).parameters
-            self.runner.kv_index_translator = translator(**{key: value for key, value in wanted.items() if key in takes})
-        self.backend = ATTENTION_BACKENDS[decode](self.runner)
-        self.label = "%s %s (%s)" % ("draft" if draft else "model", config.model_path, type(self.backend).__name__)
+        except ImportError:  # before 0.5.23: the registry's class for the one backend name
+            return ATTENTION_BACKENDS[self.shape.decode](self.runner)
+        return get_attention_backend(model_runner=self.runner)
 
     def describe(self) -> str:
-        heads = int(self.config.num_attention_heads) // self.tp
-        return "%s: %s, head dim %d, %d heads / %d KV heads per rank, KV cache %s, sliding window %s" % (
-            self.label, self.config.dtype, self.config.head_dim, heads, self.config.get_num_kv_heads(self.tp), self.kv,
-            self.window)
+        config = self.shape.config
+        return "%s: %s, head dim %d, %d heads / %d KV heads per rank, KV cache %s, sliding window %s (runner: SGLang's " \
+               "attention test kit, %s)" % (self.label, config.dtype, config.head_dim, self.shape.heads, self.shape.kv_heads,
+                                            self.shape.kv, self.shape.window, type(self.runner).__name__)
 
-    def step(self, prefix: int, new: int, decode: bool) -> None:
-        """One batch of one request through the backend: plan it, then run each kind of attention layer the model has."""
+    def batch(self, mode: t.Any, prefixes: t.Tuple[int, ...], news: t.Tuple[int, ...]) -> t.Any:
+        case = self.case(mode, prefixes, news)
+        return self.kit._make_forward_batch(case, self.runner, max_context_len=self.CONTEXT, device="cpu")  # pylint: disable=protected-access
+
+    def run(self, forward_batch: t.Any) -> None:
+        """A dense model's attention layers (a full-attention one, and a sliding-window one where the model has a
+        window) through the backend, as RadixAttention.forward hands them over. An MLA model's backend forward is its
+        model's own code's; here its planning runs only."""
         # pylint: disable=import-outside-toplevel
         import torch  # noqa: PLC0415
         from sglang.srt.layers.radix_attention import RadixAttention  # noqa: PLC0415
-        from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode  # noqa: PLC0415
 
-        total = prefix + new
-        table = self.runner.req_to_token_pool.req_to_token
-        for position in range(total):
-            table[0, position] = self.page + position
-        seq = torch.tensor([total], dtype=torch.int32)
-        batch = ForwardBatch(forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND, batch_size=1,
-                             input_ids=torch.zeros(new, dtype=torch.int64), req_pool_indices=torch.zeros(1, dtype=torch.int32),
-                             seq_lens=seq, seq_lens_cpu=seq.clone(), seq_lens_sum=total,
-                             out_cache_loc=torch.arange(self.page + prefix, self.page + total, dtype=torch.int64),
-                             positions=torch.arange(prefix, total, dtype=torch.int64))
-        if hasattr(self.runner.kv_index_translator, "bind_own_plan"):
-            self.runner.kv_index_translator.bind_own_plan(batch)
-        if not decode:
-            batch.extend_prefix_lens, batch.extend_prefix_lens_cpu = torch.tensor([prefix], dtype=torch.int32), [prefix]
-            batch.extend_seq_lens, batch.extend_seq_lens_cpu = torch.tensor([new], dtype=torch.int32), [new]
-            batch.extend_num_tokens = new
-        self.backend.init_forward_metadata(batch)
-        if self.runner.use_mla_backend:
-            return  # the MLA backend's forward runs the wrappers it planned; the layer shapes are DeepSeek's own code's
-        config = self.config
-        heads, kv_heads = int(config.num_attention_heads) // self.tp, int(config.get_num_kv_heads(self.tp))
+        if self.shape.mla:
+            return
+        config, new = self.shape.config, int(forward_batch.input_ids.numel())
         cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
-        for window in [-1] + ([int(self.window)] if self.window else []):
-            layer = RadixAttention(heads, config.head_dim, config.head_dim ** -0.5, kv_heads, layer_id=0, logit_cap=cap,
-                                   sliding_window_size=window)
-            q = torch.zeros(new, heads * config.head_dim, dtype=config.dtype)
-            k = torch.zeros(new, kv_heads, config.head_dim, dtype=config.dtype)
-            run = self.backend.forward_decode if decode else self.backend.forward_extend
-            run(q, k, k.clone(), layer, batch, save_kv_cache=False)
+        head_dim = int(config.head_dim)
+        for window in [-1] + ([int(self.shape.window)] if self.shape.window else []):
+            layer = RadixAttention(self.shape.heads, head_dim, head_dim ** -0.5, self.shape.kv_heads, layer_id=0,
+                                   logit_cap=cap, sliding_window_size=window)
+            q = torch.zeros(new, self.shape.heads * head_dim, dtype=config.dtype)
+            k = torch.zeros(new, self.shape.kv_heads, head_dim, dtype=config.dtype)
+            go = self.backend.forward_extend if forward_batch.forward_mode.is_extend() else self.backend.forward_decode
+            go(q, k, k.clone(), layer, forward_batch, save_kv_cache=False)
+
+    def step(self, prefix: int, new: int, decode: bool) -> None:
+        """One request's batch through the backend: its planning, then its layers."""
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: PLC0415
+
+        forward_batch = self.batch(ForwardMode.DECODE if decode else ForwardMode.EXTEND, (prefix,), (new,))
+        self.backend.init_forward_metadata(forward_batch)
+        self.run(forward_batch)
+
+    def graphs(self, sizes: t.Sequence[int]) -> None:
+        """SGLang's decode CUDA graphs at start-up, as the kit drives them: capture then replay metadata per batch size
+        (no graph is recorded here: no GPU), the layers at capture."""
+        # pylint: disable=import-outside-toplevel
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: PLC0415
+        from sglang.test.kits.attention_unittest.runner_modes import cuda_graph_decode_runner as kit_graphs  # noqa: PLC0415
+
+        fill = int(self.backend.get_cuda_graph_seq_len_fill_value())
+        for size in sizes:
+            capture = self.batch(ForwardMode.DECODE, (max(fill - 1, 0),) * size, (1,) * size)
+            kit_graphs._init_cuda_graph_capture_metadata(self.backend, size, capture)  # pylint: disable=protected-access
+            self.run(capture)
+            replay = self.batch(ForwardMode.DECODE, tuple(4 + index for index in range(size)), (1,) * size)
+            kit_graphs._init_cuda_graph_replay_metadata(self.backend, size, replay)  # pylint: disable=protected-access
+
+    def verify(self, draft_tokens: int, topk: int, algorithm: str) -> None:
+        """A speculative target's verify step: the kit's verify input (EAGLE's tree, or DFLASH's block) over the draft
+        tokens of two requests, planned and run."""
+        # pylint: disable=import-outside-toplevel
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: PLC0415
+        from sglang.test.kits.attention_unittest.runner_modes import speculative_target_verify_runner as kit_verify  # noqa: PLC0415
+
+        case = self.case(ForwardMode.TARGET_VERIFY, (8, 5), (draft_tokens,) * 2)
+        forward_batch = self.kit._make_forward_batch(case, self.runner, max_context_len=self.CONTEXT, device="cpu")  # pylint: disable=protected-access
+        kind = "dflash" if algorithm.upper() == "DFLASH" else "eagle"
+        kit_verify._prepare_spec_verify_batch(case, forward_batch, topk=topk, spec_kind=kind, device="cpu")  # pylint: disable=protected-access
+        self.backend.init_forward_metadata(forward_batch)
+        self.run(forward_batch)
+
+
+class NoRoute(RuntimeError):
+    """LAB: FlashInfer asked to download a file (a kernel set's) at a request; the lab has no route off its bridge."""
 
 
 @contextlib.contextmanager
@@ -258,9 +408,22 @@ def without_gpu(engine: Engine) -> t.Iterator[None]:
             return factory(*args, **kwargs)
         return make
 
+    def no_route(source: t.Any, *args: t.Any, **kwargs: t.Any) -> t.Any:
+        raise NoRoute(str(source))
+
+    entered = torch.cuda.device
     undo: t.List[t.Tuple[t.Any, str, t.Any]] = []
-    replacements = [(core.JitSpec, "build_and_load", load_for_real), (triton_jit.JITFunction, "run", lambda *a, **k: None)]
+    replacements = [(core.JitSpec, "build_and_load", load_for_real), (triton_jit.JITFunction, "run", lambda *a, **k: None),
+                    # FlashInfer's CUDA-graph plan enters the device of its buffers: host buffers here
+                    (torch.cuda, "device", lambda device: contextlib.nullcontext() if str(device) == "cpu" else entered(device))]
     replacements += [(torch, name, host(getattr(torch, name))) for name in ("empty", "zeros", "ones", "full", "arange", "tensor")]
+    # a kernel-set file that is not on the node: FlashInfer downloads it here (LAB: no route off the bridge)
+    cubin_loader = sys.modules.get("flashinfer.jit.cubin_loader")
+    download = getattr(cubin_loader, "download_file", None)
+    if callable(download):
+        replacements += [(module, attr, no_route) for name, module in list(sys.modules.items())
+                         if module is not None and name.startswith("flashinfer")
+                         for attr, value in list(vars(module).items()) if value is download]
     # FlashInfer 0.6.12 has no get_device_properties
     answers = {id(getattr(fi_utils, name)): on_gpu0(getattr(fi_utils, name))
                for name in ("get_compute_capability", "get_device_properties") if hasattr(fi_utils, name)}
@@ -276,22 +439,6 @@ def without_gpu(engine: Engine) -> t.Iterator[None]:
     finally:
         for owner, attr, value in reversed(undo):
             setattr(owner, attr, value)
-
-
-def kernel_set_in_place() -> bool:
-    """Whether the trtllm-gen FMHA kernel set this FlashInfer release pins is where FlashInfer looks for it (its
-    checksums.txt, by the sha256 the release's artifacts module names)."""
-    import hashlib  # noqa: PLC0415
-
-    from flashinfer import artifacts  # noqa: PLC0415
-    from flashinfer.jit import env as jit_env  # noqa: PLC0415
-
-    listing = os.path.join(str(jit_env.FLASHINFER_CUBIN_DIR), artifacts.ArtifactPath.TRTLLM_GEN_FMHA, "checksums.txt")
-    try:
-        with open(listing, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest() == artifacts.CheckSumHash.TRTLLM_GEN_FMHA
-    except OSError:
-        return False
 
 
 def built_files() -> t.Dict[str, t.Tuple[int, int]]:
@@ -342,38 +489,54 @@ class Engine:
         LOG.info("FlashInfer module %s: %s in %.2f s", name,
                  "JIT-BUILT AT RUN TIME (%s)" % ", ".join(new) if new else "loaded from the cache", self.loaded[name])
 
+    def through(self, attention: Attention, when: str, call: t.Callable[[], None]) -> None:
+        """One step through a model's backend; a kernel-set file FlashInfer would download then is said, not fetched."""
+        try:
+            call()
+        except NoRoute as exc:
+            LOG.warning("LAB SIMULATION: %s: FlashInfer downloads %s %s (its kernel set is not on the node); the lab has "
+                        "no route off its bridge, so nothing is fetched: a node with a route downloads it then, an "
+                        "air-gapped one fails then", attention.label, exc, when)
+
     def attend(self, prefix: int, new: int) -> None:
         """A request's extend (after its cached prefix) and one decode step, through every model's attention backend."""
-        if not self.attention:
-            return
         with without_gpu(self):
             for attention in self.attention:
-                attention.step(prefix, new, decode=False)
-                attention.step(prefix + new, 1, decode=True)
+                self.through(attention, "at this request", lambda attention=attention: (
+                    attention.step(prefix, new, decode=False), attention.step(prefix + new, 1, decode=True)))
 
     def warm_up(self) -> None:
-        """SGLang's start-up warm-up request: greedy, one prefill and decode step through the attention backend."""
+        """SGLang's start-up: its attention backends built for the model (and the draft model), whichever SGLang resolved;
+        the CUDA graphs of an autoregressive service's decode; a speculative service's verify step; then the greedy
+        warm-up request."""
         import flashinfer  # noqa: PLC0415
         from flashinfer.jit import core as jit_core  # noqa: PLC0415
 
         archs = sorted("%d.%s" % arch for arch in jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
         LOG.info("FlashInfer %s, target archs: %s", flashinfer.__version__, " ".join(archs) or "set()")
-        trtllm_ready = self.decode_backend == "trtllm_mha" and kernel_set_in_place()
-        if self.decode_backend == self.prefill_backend and (self.decode_backend == "flashinfer" or trtllm_ready):
-            with without_gpu(self):
-                self.attention = [Attention(self.server_args, self.resolved, draft=False)]
-                if self.resolved.get("speculative_draft_model_path"):
-                    self.attention.append(Attention(self.server_args, self.resolved, draft=True))
-            for attention in self.attention:
-                LOG.info("%s", attention.describe())
-            self.attend(0, 8)
-        elif self.decode_backend == "trtllm_mha":
-            LOG.info("attention backend trtllm_mha without FlashInfer %s's kernel set in place: FlashInfer would download "
-                     "the set at the first request (LAB: not simulated; the lab has no route off its bridge)",
-                     flashinfer.__version__)
-        else:
-            LOG.info("attention backends %s / %s: FlashInfer's attention modules are not used (LAB: kernels of other "
-                     "backends are not simulated)", self.prefill_backend, self.decode_backend)
+        algorithm = str(self.resolved.get("speculative_algorithm") or "")
+        with without_gpu(self):
+            # what SGLang decides of each model first: SGLang's attention test kit pins the attention TP size when imported
+            shapes = [shape_of(self.server_args, self.resolved, draft=False)]
+            if self.resolved.get("speculative_draft_model_path"):
+                shapes.append(shape_of(self.server_args, self.resolved, draft=True))
+            one_rank()
+            self.attention = [Attention(shape) for shape in shapes]
+            topk = int(self.resolved.get("speculative_eagle_topk") or 1)
+            # the kit's EAGLE tree for topk > 1 has 3 draft tokens; a chain (topk 1, DFLASH's block) has the service's
+            tokens = 3 if topk > 1 else int(self.resolved.get("speculative_num_draft_tokens") or 1)
+            verifier = Attention(shapes[0], mode="TARGET_VERIFY", draft_tokens=tokens) if algorithm else None
+        for attention in self.attention + ([verifier] if verifier else []):
+            LOG.info("%s", attention.describe())
+        with without_gpu(self):
+            if verifier is not None:
+                self.through(verifier, "at the first verify step", lambda: verifier.verify(tokens, topk, algorithm))
+            elif not self.resolved.get("disable_cuda_graph"):
+                sizes = (1, Attention.REQUESTS)
+                self.through(self.attention[0], "at start-up (CUDA graphs)", lambda: self.attention[0].graphs(sizes))
+                LOG.info("CUDA graphs of the decode captured and replayed for batch sizes %s (LAB: their metadata, no "
+                         "kernel)", ", ".join(map(str, sizes)))
+        self.attend(0, 8)
 
     def generate(self, text: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         from sglang.srt.sampling.sampling_params import TOP_K_ALL, SamplingParams  # noqa: PLC0415

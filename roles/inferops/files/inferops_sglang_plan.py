@@ -649,21 +649,23 @@ class Model:
 
 def run_forward(model: Model, backend: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
     """The backend's metadata for the batch, as SGLang's runners ask it -- eager (init_forward_metadata), or the CUDA-graph
-    runner's protocol at capture (init_forward_metadata_out_graph with in_capture, then _in_graph) and at replay -- and,
-    but at a replay (which runs the captured kernels), the forward of every attention layer."""
-    if metadata == "eager":
+    runners' protocol at capture (init_forward_metadata_out_graph with in_capture, then _in_graph) and at replay -- and,
+    but at a replay (which runs the captured kernels), the forward of every attention layer. An EAGLE draft's multi-step
+    backend ("draft ..." steps) takes the same metadata calls, then each step's backend runs the layers."""
+    phase = metadata.rsplit(" ", 1)[-1]
+    if phase in ("eager", "draft"):
         backend.init_forward_metadata(forward_batch)
     else:
-        backend.init_forward_metadata_out_graph(forward_batch, **({"in_capture": True} if metadata == "capture" else {}))
+        backend.init_forward_metadata_out_graph(forward_batch, **({"in_capture": True} if phase == "capture" else {}))
         backend.init_forward_metadata_in_graph(forward_batch)
-    if metadata == "replay":
-        # a replay runs the captured kernels: the layers' Python forward is not run again
+    if phase == "replay":
         return
-    if model.mla is not None:
-        mla_forward(backend, model.node, model.mla, forward_batch, step=step)
-    else:
-        for layer in layers(model.node, model.widths):
-            forward(backend, model.node, layer, forward_batch)
+    for each in (backend.attn_backends if metadata.startswith("draft") else [backend]):
+        if model.mla is not None:
+            mla_forward(each, model.node, model.mla, forward_batch, step=step)
+        else:
+            for layer in layers(model.node, model.widths):
+                forward(each, model.node, layer, forward_batch)
 
 
 def speculative(server_args: t.Any) -> t.Dict[str, int]:
@@ -777,25 +779,6 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
                "draft replay")
 
 
-def run_draft(model: Model, multi_step: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
-    """An EAGLE draft's multi-step decode: the multi-step backend's metadata (eager, or its CUDA-graph capture and replay),
-    then, but at a replay, each step's backend's forward."""
-    if metadata == "draft":
-        multi_step.init_forward_metadata(forward_batch)
-    else:
-        # SGLang's EAGLE draft CUDA-graph runner: out_graph (in_capture at capture), then in_graph
-        multi_step.init_forward_metadata_out_graph(forward_batch, **({"in_capture": True} if metadata == "draft capture" else {}))
-        multi_step.init_forward_metadata_in_graph(forward_batch)
-    if metadata == "draft replay":
-        return
-    for step_backend in multi_step.attn_backends:
-        if model.mla is not None:
-            mla_forward(step_backend, model.node, model.mla, forward_batch, step=step)
-        else:
-            for layer in layers(model.node, model.widths):
-                forward(step_backend, model.node, layer, forward_batch)
-
-
 def merge(steps: t.List[t.Dict[str, t.Any]], step: t.Dict[str, t.Any]) -> None:
     """A step appended to the record, or folded into the one before when only its batch size differs and it asked the
     same (a CUDA graph's capture at every size is one entry listing the sizes)."""
@@ -863,10 +846,7 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
             if metadata.endswith(("capture", "replay")):
                 step["graph"] = metadata.rsplit(" ", 1)[-1]
             try:
-                if metadata.startswith("draft"):
-                    run_draft(model, step_backend, forward_batch, step, metadata)
-                else:
-                    run_forward(model, step_backend, forward_batch, step, metadata)
+                run_forward(model, step_backend, forward_batch, step, metadata)
             except KernelSetMissing:
                 # the getter stopped where FlashInfer would download; the batch asked for nothing after it
                 step["stopped"] = "a kernel-set file is not in place"
