@@ -167,16 +167,11 @@ def cases(service: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Di
 
 
 def built_files() -> t.Dict[str, t.Tuple[int, int]]:
-    """FlashInfer's JIT cache's objects and libraries with their mtime and size."""
+    """FlashInfer's JIT cache's objects and libraries with their mtime and size (the tripwire's snapshot)."""
     from flashinfer.jit import env as jit_env  # pylint: disable=import-outside-toplevel,import-error
+    from sglang_backend_check import files_under  # pylint: disable=import-outside-toplevel  # tests/device, beside this file
 
-    found = {}
-    for directory, _dirs, names in os.walk(str(jit_env.FLASHINFER_JIT_DIR)):
-        for name in names:
-            if name.endswith((".o", ".so")):
-                status = os.stat(os.path.join(directory, name))
-                found[os.path.join(directory, name)] = (status.st_mtime_ns, status.st_size)
-    return found
+    return files_under(str(jit_env.FLASHINFER_JIT_DIR), (".o", ".so"))
 
 
 def run(paths: t.List[str], dry_run: bool, backend: t.Optional[str] = None) -> t.Dict[str, t.Any]:
