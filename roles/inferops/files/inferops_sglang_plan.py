@@ -639,12 +639,14 @@ def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any,
 
 @dataclasses.dataclass
 class Model:
-    """One model of a service as the planner runs it: its runner, backend, parallel widths and MLA layer (or None)."""
+    """One model of a service as the planner runs it: its runner, backend, parallel widths, and its attention layers
+    (an MLA model's SGLang layer, or a dense model's RadixAttention layers), made once for every step."""
 
     node: t.Any
     backend: t.Any
     widths: t.Mapping[str, t.Any]
     mla: t.Any
+    dense: t.List[t.Any] = dataclasses.field(default_factory=list)
 
 
 def run_forward(model: Model, backend: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
@@ -664,7 +666,7 @@ def run_forward(model: Model, backend: t.Any, forward_batch: t.Any, step: t.Dict
         if model.mla is not None:
             mla_forward(each, model.node, model.mla, forward_batch, step=step)
         else:
-            for layer in layers(model.node, model.widths):
+            for layer in model.dense:
                 forward(each, model.node, layer, forward_batch)
 
 
@@ -826,7 +828,7 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
             raise PlanError("SGLang %s's MLA attention layer could not be built here for %s (%s: %s), so its %s backend "
                             "cannot be run" % (sglang_release(), model_config.model_path, type(exc).__name__, exc,
                                                " / ".join(names))) from exc
-    model = Model(node=node, backend=backend, widths=widths, mla=mla)
+    model = Model(node=node, backend=backend, widths=widths, mla=mla, dense=[] if mla is not None else layers(node, widths))
 
     def steps() -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
         for what, mode, prefixes, news in BATCHES:
