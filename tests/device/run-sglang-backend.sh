@@ -3,7 +3,10 @@
 # SGLang's backend planning, with GPU memory watched while it runs), jit_cache's warm-up of what it derived, then
 # sglang_backend_check.py (forward_extend / forward_decode on the GPU against torch, FlashInfer's cache watched).
 # Carry .whl/ (tests/device/README.md: "SGLang's backends"). PHASE=start runs it in the background (results in
-# /tmp/sgl-run), PHASE=collect waits up to 9 minutes and copies them to $OUT.
+# /tmp/sgl-run), PHASE=collect waits up to 9 minutes and copies them to $OUT. ZOO names the configurations (default:
+# all below); CHECKS which checks follow the warm-up (default: backend): backend (sglang_backend_check.py), oracle
+# (kit_oracle.py, SGLang's own attention test kit, over the same configurations), triton (kit_oracle.py over the
+# configurations whose attention is Triton's, twice: from an empty Triton cache, then from the one the first run filled).
 set -u
 case "${PHASE:-all}" in
   start)
@@ -33,17 +36,26 @@ export SGLANG_CACHE_DIR=/tmp/sgl-ws/sglang FLASHINFER_WORKSPACE_BASE=/tmp/sgl-ws
 export SGLANG_JIT_CACHE_DIR=/tmp/sgl-ws/sglang/jit
 rm -rf /tmp/sgl-ws /tmp/sgl-zoo && mkdir -p /tmp/sgl-ws /tmp/sgl-zoo
 models=$PWD/molecule/lab/models/zoo
-zoo() { name=$1; shift; { echo "model-path: $models/$1"; echo "attention-backend: flashinfer"; echo "tp-size: 1"; shift
-  for line in "$@"; do echo "$line"; done; } > "/tmp/sgl-zoo/$name.yaml"; }
-zoo llama2-7b llama2-7b
-zoo llama3.2-1b llama3.2-1b
-zoo gemma2-9b gemma2-9b
-zoo deepseek-v2-lite deepseek-v2-lite
-zoo llama3.1-8b-fp8kv llama3.1-8b "kv-cache-dtype: fp8_e4m3"
-zoo llama3.1-8b-eagle3 llama3.1-8b "speculative-algorithm: EAGLE3" "speculative-draft-model-path: $models/eagle3-llama3.1-8b" \
+# zoo NAME MODEL BACKEND TP [LINE ...]: one configuration, written when ZOO names it (or ZOO is empty)
+zoo() { name=$1; case " ${ZOO:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+  { echo "model-path: $models/$2"; echo "attention-backend: $3"; echo "tp-size: $4"; shift 4
+    for line in "$@"; do echo "$line"; done; } > "/tmp/sgl-zoo/$name.yaml"; }
+eagle3="speculative-draft-model-path: $models/eagle3-llama3.1-8b"
+zoo llama2-7b llama2-7b flashinfer 1
+zoo llama3.2-1b llama3.2-1b flashinfer 1
+zoo gemma2-9b gemma2-9b flashinfer 1
+zoo deepseek-v2-lite deepseek-v2-lite flashinfer 1
+zoo llama3.1-8b llama3.1-8b flashinfer 1
+zoo llama3.1-8b-fp8kv llama3.1-8b flashinfer 1 "kv-cache-dtype: fp8_e4m3"
+zoo llama3.1-8b-eagle3 llama3.1-8b flashinfer 1 "speculative-algorithm: EAGLE3" "$eagle3" \
   "speculative-num-steps: 3" "speculative-eagle-topk: 1" "speculative-num-draft-tokens: 4"
-# a Kimi-K2.6-shaped model (MLA, 64 heads on the one GPU): planned through SGLang's own MLA attention layer
-zoo kimi-k2.6 kimi-k2.6
+zoo llama3.1-8b-eagle3-tree llama3.1-8b flashinfer 1 "speculative-algorithm: EAGLE3" "$eagle3" \
+  "speculative-num-steps: 3" "speculative-eagle-topk: 4" "speculative-num-draft-tokens: 8"
+# a Kimi-K2.6-shaped model (MLA): on the one GPU (64 heads), and one rank of TP 8 (8 heads) with FlashInfer's attention
+# and with Triton's (SGLang's choice for it on RTX PRO 6000)
+zoo kimi-k2.6 kimi-k2.6 flashinfer 1
+zoo kimi-k2.6-tp8 kimi-k2.6 flashinfer 8
+zoo kimi-k2.6-tp8-triton kimi-k2.6 triton 8
 request=$($py -c 'import glob, json; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sorted(glob.glob("/tmp/sgl-zoo/*.yaml"))}))')
 side=roles/inferops/files/inferops_flashinfer_venv.py
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/gpu-memory-before.txt"
@@ -60,7 +72,22 @@ step plan $rc $(( $(date +%s) - t0 ))
 if [ -n "${PLAN_ONLY:-}" ]; then touch "$out/done"; exit 0; fi  # the derivation alone (PLAN_ONLY=1): minutes of warm-up saved
 t0=$(date +%s)
 $py $side warm "$request" > "$out/warm.out" 2> "$out/warm.err"; step warm $? $(( $(date +%s) - t0 ))
-t0=$(date +%s)
-$py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err"; step backend $? $(( $(date +%s) - t0 ))
+for check in ${CHECKS:-backend}; do
+  t0=$(date +%s)
+  case $check in
+    backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
+    oracle) $py tests/device/kit_oracle.py $(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml) \
+              > "$out/oracle.json" 2> "$out/oracle.err" ;;
+    triton) triton=$(grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
+            export TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only  # its own: the other checks' Triton kernels are not in it
+            $py tests/device/kit_oracle.py $triton > "$out/triton-cold.json" 2> "$out/triton-cold.err"
+            step triton-cold $? $(( $(date +%s) - t0 )); t0=$(date +%s)
+            find "$TRITON_CACHE_DIR" -type f | sort > "$out/triton-cache-after-cold.txt"
+            find "$SGLANG_JIT_CACHE_DIR" -name '*.so' | sort > "$out/sglang-jit-after-cold.txt"
+            $py tests/device/kit_oracle.py $triton > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
+  esac
+  rc=$?; [ "$check" = triton ] && check=triton-warm
+  step "$check" $rc $(( $(date +%s) - t0 ))
+done
 ls -R /tmp/sgl-ws/triton /tmp/sgl-ws/sglang > "$out/other-caches.txt" 2>&1
 touch "$out/done"

@@ -97,6 +97,7 @@ class Shape:
     prefill: str
     decode: str
     draft: bool
+    server_args: t.Any = None
 
     @property
     def heads(self) -> int:
@@ -193,7 +194,7 @@ def shape_of(server_args: t.Any, resolved: t.Mapping[str, t.Any], draft: bool) -
     if draft and resolved.get("speculative_draft_attention_backend"):
         prefill = decode = resolved["speculative_draft_attention_backend"]
     return Shape(config=config, tp=int(tp), window=window, kv=kv, page=int(resolved.get("page_size") or 1),
-                 prefill=prefill, decode=decode, draft=draft)
+                 prefill=prefill, decode=decode, draft=draft, server_args=server_args)
 
 
 def one_rank() -> None:
@@ -263,7 +264,13 @@ class Attention:
         self.runner.prefill_attention_backend_str = shape.prefill
         self.runner.decode_attention_backend_str = shape.decode
         self.runner.is_draft_worker = shape.draft
+        # the process's settings are the service's, as in SGLang's scheduler (the kit's runner published its test
+        # settings: e.g. an MLA backend's chunked prefix cache and ragged prefill off)
+        from sglang.srt.server_args import set_global_server_args_for_scheduler  # noqa: PLC0415
+
+        set_global_server_args_for_scheduler(shape.server_args)
         self.backend = self.build()
+        self.mla_attention = self.sglang_mla_layer() if shape.mla else None
         self.label = "%s %s (%s%s)" % ("draft" if shape.draft else "model", config.model_path, type(self.backend).__name__,
                                        "" if mode == "EXTEND" else ", " + mode)
 
@@ -308,6 +315,26 @@ class Attention:
             return ATTENTION_BACKENDS[self.shape.decode](self.runner)
         return get_attention_backend(model_runner=self.runner)
 
+    def sglang_mla_layer(self) -> t.Any:
+        """The model's attention layer as SGLang's DeepSeek-V2/V3 and Kimi-K2 models hold it (DeepseekV2AttentionMLA),
+        each argument its signature names taken from the model's text config, with the heads of one rank; its weights
+        on the meta device (never read: the layer picks its forward method for a batch and calls the backend through
+        its own attention layers). Built where the backend was (host tensors: without_gpu)."""
+        # pylint: disable=import-outside-toplevel
+        import torch  # noqa: PLC0415
+        from sglang.srt.model_loader.utils import set_default_torch_dtype  # noqa: PLC0415
+        from sglang.srt.models.deepseek_v2 import DeepseekV2AttentionMLA  # noqa: PLC0415
+
+        text = self.shape.config.hf_text_config
+        rope = dict(getattr(text, "rope_scaling", None) or getattr(text, "rope_parameters", None) or {})
+        arguments = {name: getattr(text, name) for name in inspect.signature(DeepseekV2AttentionMLA).parameters
+                     if hasattr(text, name)}
+        arguments.update(config=text, num_heads=self.shape.heads, quant_config=None, layer_id=0, prefix="model.layers.0.self_attn",
+                         rope_theta=getattr(text, "rope_theta", None) or rope.get("rope_theta", 10000.0),
+                         rope_scaling=rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None)
+        with torch.device("meta"), set_default_torch_dtype(self.shape.config.dtype):
+            return DeepseekV2AttentionMLA(**self.takes(DeepseekV2AttentionMLA, **arguments))
+
     def describe(self) -> str:
         config = self.shape.config
         return "%s: %s, head dim %d, %d heads / %d KV heads per rank, KV cache %s, sliding window %s (runner: SGLang's " \
@@ -320,13 +347,24 @@ class Attention:
 
     def run(self, forward_batch: t.Any) -> None:
         """A dense model's attention layers (a full-attention one, and a sliding-window one where the model has a
-        window) through the backend, as RadixAttention.forward hands them over. An MLA model's backend forward is its
-        model's own code's; here its planning runs only."""
+        window) through the backend, as RadixAttention.forward hands them over; an MLA model's through SGLang's own MLA
+        layer, which picks its forward method for the batch (an MHA one, its attn_mha, or the absorbed MLA, attn_mqa)."""
         # pylint: disable=import-outside-toplevel
         import torch  # noqa: PLC0415
         from sglang.srt.layers.radix_attention import RadixAttention  # noqa: PLC0415
 
-        if self.shape.mla:
+        if self.mla_attention is not None:
+            from sglang.srt.model_executor.forward_context import ForwardContext, forward_context  # noqa: PLC0415
+
+            tokens = int(forward_batch.input_ids.numel())
+            with forward_context(ForwardContext(attn_backend=self.backend)), torch.no_grad():
+                method = self.mla_attention.dispatch_attn_forward_method(forward_batch)
+                layer = getattr(self.mla_attention, "attn_mha" if "MHA" in str(method.name) else "attn_mqa")
+                shapes = ((layer.tp_q_head_num, layer.head_dim), (layer.tp_k_head_num, layer.head_dim),
+                          (layer.tp_v_head_num, layer.v_head_dim))
+                q, k, v = (torch.zeros(tokens, heads, width, dtype=self.shape.config.dtype) for heads, width in shapes)
+                LOG.debug("%s: %s for a batch of %d tokens", self.label, method.name, tokens)
+                layer(q.flatten(1), k, v, forward_batch, save_kv_cache=False)
             return
         config, new = self.shape.config, int(forward_batch.input_ids.numel())
         cap = float(getattr(config.hf_text_config, "attn_logit_softcapping", None) or 0.0)
