@@ -12,19 +12,20 @@ comes from the real SGLang release installed beside it:
   SGLang's own code, given the node's simulated GPUs, which torch reports through the lab's torch shim;
 - the model's shape is SGLang's `ModelConfig` of the model directory (config.json);
 - requests are normalised by SGLang's `SamplingParams`;
-- attention: whichever attention backend SGLang resolves for the service (no list of backends here), built as
-  SGLang's ModelRunner builds it (get_attention_backend; its registry before 0.5.23) over the model runner of SGLang's
-  own attention test kit (sglang.test.kits.attention_unittest: MockModelRunner, MockMLAModelRunner), holding the
-  model's shapes on one rank (heads, KV heads, head dims), dtype, KV cache dtype and window as SGLang decided them.
-  The kit makes the batches (_make_forward_batch) and a speculative target's verify input (_make_spec_verify_input),
-  and drives the CUDA graphs' metadata (capture and replay); the backend plans (init_forward_metadata) and, for a
-  dense model, runs its attention layers, at start-up (the CUDA graphs of an autoregressive service's decode, or a
-  speculative service's verify step, then the greedy warm-up request) and at each request (its extend after its
-  cached prefix, and a decode step). Every FlashInfer module the backend asks for is really loaded by FlashInfer
-  (from its cache, or JIT-built), then handed back as a stand-in whose kernels do nothing (no GPU); Triton kernels
-  are not launched; a kernel-set file FlashInfer would download is said, not fetched (the lab has no route off its
-  bridge). This harness is the lab's own, written apart from the role's planner
-  (roles/inferops/files/inferops_sglang_plan.py), so that a disagreement fails here.
+- attention: whichever attention backend SGLang resolves for the service (no list of backends here), built as SGLang's
+  ModelRunner builds it (get_attention_backend; its registry before 0.5.23) over the model runner of SGLang's own
+  attention test kit (sglang.test.kits.attention_unittest: MockModelRunner, MockMLAModelRunner), holding the model's
+  shapes on one rank (heads, KV heads, head dims), dtype, KV cache dtype and window as SGLang decided them. The kit
+  makes the batches (_make_forward_batch) and a speculative target's verify input (_make_spec_verify_input), and
+  drives the CUDA graphs' metadata (capture and replay); the backend plans (init_forward_metadata) and runs the
+  model's attention layers (a dense model's RadixAttention layers; an MLA model's through SGLang's own MLA layer,
+  which picks its forward method per batch), with the service's settings as the process's (SGLang's scheduler's), at
+  start-up (the CUDA graphs of an autoregressive service's decode, or a speculative service's verify step, then the
+  greedy warm-up request) and at each request (its extend after its cached prefix, and a decode step). Every
+  FlashInfer module the backend asks for is really loaded by FlashInfer (from its cache, or JIT-built), then handed
+  back as a stand-in whose kernels do nothing (no GPU); Triton kernels are not launched; a kernel-set file FlashInfer
+  would download is said, not fetched (the lab has no route off its bridge). This harness is the lab's own, written
+  apart from the role's planner (roles/inferops/files/inferops_sglang_plan.py), so that a disagreement fails here.
 What is simulated: loading weights (a sleep) and running kernels (none run). Besides attention:
 - `sampling` at the first request that needs top-k / top-p / min-p (a temperature-only or
   greedy request samples with torch; sglang/srt/layers/sampler.py).
@@ -74,13 +75,16 @@ class Stub:
     """LAB: what a loaded FlashInfer module's entry points return here (no kernel runs); FlashInfer's optional
     entry points (probed with hasattr) are absent."""
 
+    OPTIONAL = ("plan_with_staged_workspace_bytes",)
+
     def __getattr__(self, attr: str) -> t.Any:
-        if attr.startswith("__") or attr == "plan_with_staged_workspace_bytes":
+        absent = attr.startswith("__") or attr in self.OPTIONAL
+        if absent:
             raise AttributeError(attr)
-        return Stub()
+        return self  # stateless: any attribute, and any call's result, is this same stand-in
 
     def __call__(self, *args: t.Any, **kwargs: t.Any) -> Stub:
-        return Stub()
+        return self
 
 
 @dataclasses.dataclass
