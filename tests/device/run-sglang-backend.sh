@@ -76,15 +76,15 @@ for check in ${CHECKS:-backend}; do
   t0=$(date +%s)
   case $check in
     backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
-    oracle) $py tests/device/kit_oracle.py $(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml) \
-              > "$out/oracle.json" 2> "$out/oracle.err" ;;
-    triton) triton=$(grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
+    oracle) grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.oracle
+            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.oracle > "$out/oracle.json" 2> "$out/oracle.err" ;;
+    triton) grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.triton
             export TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only  # its own: the other checks' Triton kernels are not in it
-            $py tests/device/kit_oracle.py $triton > "$out/triton-cold.json" 2> "$out/triton-cold.err"
-            step triton-cold $? $(( $(date +%s) - t0 )); t0=$(date +%s)
+            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton > "$out/triton-cold.json" 2> "$out/triton-cold.err"
+            step triton-cold $? "$(( $(date +%s) - t0 ))"; t0=$(date +%s)
             find "$TRITON_CACHE_DIR" -type f | sort > "$out/triton-cache-after-cold.txt"
             find "$SGLANG_JIT_CACHE_DIR" -name '*.so' | sort > "$out/sglang-jit-after-cold.txt"
-            $py tests/device/kit_oracle.py $triton > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
+            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
   esac
   rc=$?; [ "$check" = triton ] && check=triton-warm
   step "$check" $rc $(( $(date +%s) - t0 ))
