@@ -4,7 +4,7 @@
 # sglang_backend_check.py (forward_extend / forward_decode on the GPU against torch, FlashInfer's cache watched).
 # Carry .whl/ (tests/device/README.md: "SGLang's backends"). PHASE=start runs it in the background (results in
 # /tmp/sgl-run), PHASE=collect waits up to 9 minutes and copies them to $OUT. ZOO names the configurations (default:
-# all below); CHECKS which checks follow the warm-up (default: backend): backend (sglang_backend_check.py), oracle
+# the seven of results/2026-12-05-h200-any-backend); CHECKS which checks follow the warm-up (default: backend): backend (sglang_backend_check.py), oracle
 # (kit_oracle.py, SGLang's own attention test kit, over the same configurations), triton (kit_oracle.py over the
 # configurations whose attention is Triton's, twice: from an empty Triton cache, then from the one the first run filled).
 set -u
@@ -36,8 +36,9 @@ export SGLANG_CACHE_DIR=/tmp/sgl-ws/sglang FLASHINFER_WORKSPACE_BASE=/tmp/sgl-ws
 export SGLANG_JIT_CACHE_DIR=/tmp/sgl-ws/sglang/jit
 rm -rf /tmp/sgl-ws /tmp/sgl-zoo && mkdir -p /tmp/sgl-ws /tmp/sgl-zoo
 models=$PWD/molecule/lab/models/zoo
-# zoo NAME MODEL BACKEND TP [LINE ...]: one configuration, written when ZOO names it (or ZOO is empty)
-zoo() { name=$1; case " ${ZOO:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+# zoo NAME MODEL BACKEND TP [LINE ...]: one configuration, written when ZOO names it
+ZOO=${ZOO:-llama2-7b llama3.2-1b gemma2-9b deepseek-v2-lite llama3.1-8b-fp8kv llama3.1-8b-eagle3 kimi-k2.6}
+zoo() { name=$1; case " $ZOO " in *" $name "*) ;; *) return 0 ;; esac
   { echo "model-path: $models/$2"; echo "attention-backend: $3"; echo "tp-size: $4"; shift 4
     for line in "$@"; do echo "$line"; done; } > "/tmp/sgl-zoo/$name.yaml"; }
 eagle3="speculative-draft-model-path: $models/eagle3-llama3.1-8b"
