@@ -8,16 +8,19 @@ for it -- no list of backends here: SGLang's own composition (get_attention_back
 prefill and a decode backend), or before 0.5.23 its registry (ATTENTION_BACKENDS) -- over a minimal model runner, and
 runs it through every mode a server runs it in, each the way SGLang's own runners drive the backend: eager batches of
 two requests (new prompts, prefix-cache hits, a decode step); under speculative decoding the target's TARGET_VERIFY of
-the draft tokens (the verify input SGLang's CUDA-graph runner builds, get_spec_info) and an EAGLE-family draft's
-multi-step decode (the backend SGLang's DraftBackendFactory makes); and the CUDA graphs SGLang captures -- decode, or
-TARGET_VERIFY for a speculative target and for a draft that verifies like one -- captured and replayed at every batch
-size SGLang captures for the service (get_batch_sizes_to_capture over its resolved cuda-graph settings), through the
-backend's graph protocol (init_cuda_graph_state, init_forward_metadata_out_graph / _in_graph). A dense model's forward
+the draft tokens (the verify input SGLang's CUDA-graph runner builds, get_spec_info), an EAGLE-family draft's extend
+after each verify (DRAFT_EXTEND_V2, through the backend SGLang's DraftBackendFactory makes for it, eager and as its
+draft-extend CUDA-graph runner captures it) and its multi-step decode (DraftBackendFactory's decode backend); and the
+CUDA graphs SGLang captures -- decode, or TARGET_VERIFY for a speculative target and for a draft that verifies like
+one -- captured and replayed at every batch size SGLang captures for the service (get_batch_sizes_to_capture over its
+resolved cuda-graph settings), through the backend's graph protocol (init_cuda_graph_state,
+init_forward_metadata_out_graph / _in_graph). A dense model's forward
 is the backend's forward_extend / forward_decode with the heads of one TP rank; an MLA model's goes through SGLang's own
 MLA attention layer (DeepseekV2AttentionMLA, built as its decoder layer builds it): the layer picks its forward method
 (dispatch_attn_forward_method) and calls the backend through its own attention layers (attn_mha or attn_mqa).
-SGLang's attention test kit (sglang.test.kits.attention_unittest) is not imported here: its modules pin the attention TP
-size to 1 when imported, and a plan is for the heads of one rank at the service's TP size; it is the device oracle's.
+SGLang's attention test kit (sglang.test.kits.attention_unittest, the device oracle's) gives one thing here: the draft
+extend's batch, which no SGLang function outside the kit prepares on its own. Its modules pin the attention TP size to 1
+when imported; the pin is released at once, since a plan is for the heads of one rank at the service's TP size.
 Recorded, where they would happen: FlashInfer's JIT modules (JitSpec.build_and_load), FlashInfer's artifact reads (the
 trtllm-gen kernel sets: get_artifact / get_cubin; a file that is not in place stops that call, never downloaded), SGLang's
 own JIT kernels (load_jit) and Triton launches; nothing is built and no kernel runs. A backend that cannot be built or
@@ -513,7 +516,7 @@ def batch(node: types.SimpleNamespace, mode_name: str, prefixes: t.Sequence[int]
     if hasattr(node.kv_index_translator, "bind_own_plan"):
         # 0.5.23: a batch carries the KV ids its ScheduleBatch planned (init_new); 0.5.21 reads them from the batch
         node.kv_index_translator.bind_own_plan(forward)
-    if mode.is_extend() and not verify:
+    if (mode.is_extend() or mode_name == "DRAFT_EXTEND_V2") and not verify:
         forward.extend_prefix_lens = torch.tensor(list(prefixes), dtype=torch.int32, device=device)
         forward.extend_prefix_lens_cpu = list(prefixes)
         forward.extend_seq_lens = torch.tensor(list(news), dtype=torch.int32, device=device)
@@ -548,7 +551,8 @@ def forward(backend: t.Any, node: types.SimpleNamespace, layer: t.Any, forward_b
     q = torch.zeros(new, layer.tp_q_head_num * layer.head_dim, dtype=node.dtype)
     k = torch.zeros(new, layer.tp_k_head_num, layer.head_dim, dtype=node.dtype)
     v = torch.zeros(new, layer.tp_v_head_num, layer.v_head_dim, dtype=node.dtype)
-    run = backend.forward_extend if forward_batch.forward_mode.is_extend() else backend.forward_decode
+    # as SGLang's AttentionBackend.forward dispatches: a decode step to forward_decode, every other mode to forward_extend
+    run = backend.forward_decode if forward_batch.forward_mode.is_decode() else backend.forward_extend
     run(q, k, v, layer, forward_batch, save_kv_cache=False)
 
 
@@ -744,8 +748,9 @@ def graph_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[
 
 def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
     """What a speculative service runs besides prompts and decode steps: on the target, TARGET_VERIFY of the draft
-    tokens; on an EAGLE-family draft, the multi-step draft decode through the backend SGLang's DraftBackendFactory makes
-    for it (topk tokens per request per step), eager and at its CUDA graphs' batch sizes."""
+    tokens; on an EAGLE-family draft, its extend after each verify and the multi-step draft decode through the backends
+    SGLang's DraftBackendFactory makes for it (topk tokens per request per step), eager and at its CUDA graphs' batch
+    sizes."""
     # pylint: disable=import-error,import-outside-toplevel
     node = model.node
     if not node.spec_algorithm.is_speculative():
@@ -763,7 +768,9 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
     # what SGLang's EAGLE worker passes (0.5.15 adds the server args)
     offered = {"server_args": node.server_args, "draft_model_runner": node, "topk": shape["eagle_topk"],
                "speculative_num_steps": shape["num_steps"]}
-    multi_step = DraftBackendFactory(**accepted(DraftBackendFactory, offered)).create_decode_backend()
+    factory = DraftBackendFactory(**accepted(DraftBackendFactory, offered))
+    yield from draft_extend_steps(model, shape, factory.create_draft_extend_backend() or model.backend)
+    multi_step = factory.create_decode_backend()
     if multi_step is None:
         return
     topk = shape["eagle_topk"]
@@ -779,6 +786,59 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
         yield ("CUDA-graph replay, %s" % what, multi_step,
                batch(node, "DECODE", [4 + index % 7 for index in range(size)], [topk] * size, EagleDraftInput()),
                "draft replay")
+
+
+def kit_draft_extend() -> t.Callable[..., None]:
+    """SGLang's attention test kit's preparation of a DRAFT_EXTEND_V2 batch (its speculative_draft_extend_runner: the
+    sequence lengths after the draft tokens are written, the EagleDraftExtendInput the draft's extend reads). The kit's
+    attention modules pin the attention TP size to 1 when first imported (a parallel override they enter and keep);
+    that pin is released at once through the kit's own handles, innermost first, so the widths this plan publishes
+    stand."""
+    kit = "sglang.test.kits.attention_unittest."
+    pinning = [kit + "attention_methods.mla_attention", kit + "attention_methods.dense_attention"]
+    fresh = [name for name in pinning if name not in sys.modules]
+    try:
+        module = importlib.import_module(kit + "runner_modes.speculative_draft_extend_runner")
+        prepare = module._prepare_eagle_draft_extend_v2_batch  # pylint: disable=protected-access
+    except (ImportError, AttributeError) as exc:
+        raise PlanError("SGLang %s's attention test kit has no DRAFT_EXTEND_V2 batch to run the draft's extend with "
+                        "(%s: %s)" % (sglang_release(), type(exc).__name__, exc)) from exc
+    finally:
+        for name in fresh:
+            held = getattr(sys.modules.get(name), "_parallel_override", None)
+            if held is not None:
+                held.__exit__(None, None, None)
+    return prepare
+
+
+def draft_extend_steps(model: Model, shape: t.Mapping[str, int],
+                       backend: t.Any) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
+    """An EAGLE-family draft's extend after every verify (DRAFT_EXTEND_V2: each request's draft tokens, num_draft_tokens
+    of them, over its cached tokens) through the backend SGLang's DraftBackendFactory makes for it, eager and as SGLang's
+    EAGLEDraftExtendCudaGraphRunner captures it (its batch sizes, its fill length) and replays it; the batch as SGLang's
+    attention test kit prepares one."""
+    # pylint: disable=import-error,import-outside-toplevel
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as graph_runner
+
+    node, width = model.node, shape["num_draft_tokens"]
+    prepare = kit_draft_extend()
+
+    def extend(prefixes: t.Sequence[int]) -> t.Any:
+        news = [width] * len(prefixes)
+        forward_batch = batch(node, "DRAFT_EXTEND_V2", prefixes, news)
+        prepare(types.SimpleNamespace(prefix_lens=tuple(prefixes), input_lens=tuple(news)), forward_batch, device=node.device)
+        return forward_batch
+
+    what = "draft extend, %d tokens a request" % width
+    yield (what, backend, extend([8, 5]), "eager")
+    sizes = graph_sizes(node, 1)
+    backend.init_cuda_graph_state(max(sizes), max(sizes) * width)
+    fill_value = getattr(graph_runner, "resolve_draft_extend_seq_len_fill_value", None)
+    fill = int(fill_value(backend, width) if fill_value else backend.get_cuda_graph_seq_len_fill_value())
+    for size in sizes:
+        yield ("CUDA-graph capture, %s" % what, backend, extend([max(fill - width, 0)] * size), "capture")
+    for size in sizes:
+        yield ("CUDA-graph replay, %s" % what, backend, extend([4 + index % 7 for index in range(size)]), "replay")
 
 
 def merge(steps: t.List[t.Dict[str, t.Any]], step: t.Dict[str, t.Any]) -> None:

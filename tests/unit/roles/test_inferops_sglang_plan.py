@@ -172,3 +172,84 @@ def test_the_planner_keeps_no_list_of_backends() -> None:
         assert "FLASHINFER_BACKENDS" not in source
         for name in ("trtllm_mha", "trtllm_mla", "fa3", "fa4", "flashmla", "cutlass_mla"):
             assert '"%s"' % name not in source and "'%s'" % name not in source, (path, name)
+
+
+# A stand-in of SGLang's parallel context and of its attention test kit's modules, which enter a parallel override when
+# first imported and keep it (SGLang's kit modules do: attention_methods/dense_attention.py and mla_attention.py)
+KIT_FILES = {
+    "sglang/__init__.py": "__version__ = '0.0.test'\n",
+    "sglang/parallel.py": (
+        "import contextlib\n"
+        "OVERRIDES = {}\n"
+        "@contextlib.contextmanager\n"
+        "def override(**values):\n"
+        "    global OVERRIDES\n"
+        "    saved = dict(OVERRIDES)\n"
+        "    OVERRIDES.update(values)\n"
+        "    try:\n"
+        "        yield\n"
+        "    finally:\n"
+        "        OVERRIDES.clear()\n"
+        "        OVERRIDES.update(saved)\n"),
+    "sglang/test/__init__.py": "",
+    "sglang/test/kits/__init__.py": "",
+    "sglang/test/kits/attention_unittest/__init__.py": "",
+    "sglang/test/kits/attention_unittest/attention_methods/__init__.py": "",
+    "sglang/test/kits/attention_unittest/attention_methods/dense_attention.py": (
+        "from sglang import parallel\n"
+        "_parallel_override = parallel.override(attn_tp_size=1, attn_dcp_rank=0)\n"
+        "_parallel_override.__enter__()\n"),
+    "sglang/test/kits/attention_unittest/attention_methods/mla_attention.py": (
+        "from . import dense_attention\n"
+        "from sglang import parallel\n"
+        "_parallel_override = parallel.override(attn_tp_size=1)\n"
+        "_parallel_override.__enter__()\n"),
+    "sglang/test/kits/attention_unittest/runner_modes/__init__.py": "",
+    "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_extend_runner.py": (
+        "from ..attention_methods import dense_attention, mla_attention\n"
+        "def _prepare_eagle_draft_extend_v2_batch(case, batch, *, device):\n"
+        "    batch.prepared = (case.prefix_lens, case.input_lens, device)\n"),
+}
+
+
+@pytest.fixture(name="kit")
+def fixture_kit(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[t.Callable[[t.Dict[str, str]], None]]:
+    """Writes the stand-in kit (with the files given instead of its own) and puts it first on the path; forgets it
+    afterwards."""
+
+    def write(instead: t.Dict[str, str]) -> None:
+        for name, text in dict(KIT_FILES, **instead).items():
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(text)
+        monkeypatch.syspath_prepend(str(tmp_path))
+
+    yield write
+    for name in [name for name in sys.modules if name == "sglang" or name.startswith("sglang.")]:
+        del sys.modules[name]
+
+
+def test_the_kits_tp_pin_is_released_so_the_services_widths_stand(kit: t.Callable[[t.Dict[str, str]], None]) -> None:
+    kit({})
+    from sglang import parallel  # type: ignore[import-not-found]  # pylint: disable=import-error,import-outside-toplevel
+
+    with parallel.override(attn_tp_size=8):  # the service's widths, as the planner holds them before 0.5.21
+        prepare = planner.kit_draft_extend()
+        assert parallel.OVERRIDES == {"attn_tp_size": 8}
+        batch = types.SimpleNamespace()
+        prepare(types.SimpleNamespace(prefix_lens=(8, 5), input_lens=(4, 4)), batch, device="cpu")
+        assert batch.prepared == ((8, 5), (4, 4), "cpu")
+        # imported again (a second service of the same run): nothing is released twice
+        assert planner.kit_draft_extend() is prepare
+        assert parallel.OVERRIDES == {"attn_tp_size": 8}
+    assert parallel.OVERRIDES == {}
+
+
+def test_a_release_without_the_kits_draft_extend_batch_fails_the_plan_by_name(kit: t.Callable[[t.Dict[str, str]], None]) -> None:
+    """The kit's runner module is there (its attention modules pinned the TP size on import) but has no such batch."""
+    runner = "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_extend_runner.py"
+    kit({runner: "from ..attention_methods import dense_attention, mla_attention\n"})
+    from sglang import parallel  # type: ignore[import-not-found]  # pylint: disable=import-error,import-outside-toplevel
+
+    with pytest.raises(planner.PlanError, match=r"SGLang 0\.0\.test's attention test kit has no DRAFT_EXTEND_V2 batch"):
+        planner.kit_draft_extend()
+    assert parallel.OVERRIDES == {}
