@@ -211,8 +211,12 @@ def derive(paths: t.List[str], versions: t.Dict[str, t.Any]) -> t.Dict[str, t.An
     import inferops_sglang_plan as planner
 
     derived: t.Dict[str, t.Any] = {"format": DERIVED_FORMAT, "configs": {}, "specs": []}
-    for path in paths:
-        server_args, resolved = parse(path)
+    parsed = [(path,) + parse(path) for path in paths]
+    if any(planner.drafts_by_extend(resolved) for _path, _server_args, resolved in parsed):
+        # SGLang's attention test kit pins the attention TP size to 1 when first imported, which SGLang refuses once a
+        # service's wider topology is published: imported before any service is planned
+        planner.kit_draft_extend()
+    for path, server_args, resolved in parsed:
         base = resolved.get("attention_backend")
         backends = {resolved.get("prefill_attention_backend") or base, resolved.get("decode_attention_backend") or base}
         entry: t.Dict[str, t.Any] = {"sha256": digest(path), "attention_backends": sorted(map(str, backends)),

@@ -788,12 +788,22 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
                "draft replay")
 
 
+def drafts_by_extend(resolved: t.Mapping[str, t.Any]) -> bool:
+    """Whether the service's draft model runs an extend after each verify: an EAGLE-family algorithm (SGLang's own
+    classification) with a draft model."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # pylint: disable=import-error,import-outside-toplevel
+
+    algorithm = SpeculativeAlgorithm.from_string(resolved.get("speculative_algorithm"))
+    return bool(resolved.get("speculative_draft_model_path")) and algorithm.is_eagle()
+
+
 def kit_draft_extend() -> t.Callable[..., None]:
     """SGLang's attention test kit's preparation of a DRAFT_EXTEND_V2 batch (its speculative_draft_extend_runner: the
     sequence lengths after the draft tokens are written, the EagleDraftExtendInput the draft's extend reads). The kit's
-    attention modules pin the attention TP size to 1 when first imported (a parallel override they enter and keep);
-    that pin is released at once through the kit's own handles, innermost first, so the widths this plan publishes
-    stand."""
+    attention modules pin the attention TP size to 1 when first imported (a parallel override they enter and keep, which
+    SGLang refuses while a service's wider topology is published: the first import comes before any service is planned,
+    derive() in inferops_flashinfer_venv.py); that pin is released at once through the kit's own handles, innermost first,
+    so the widths each plan publishes stand."""
     kit = "sglang.test.kits.attention_unittest."
     pinning = [kit + "attention_methods.mla_attention", kit + "attention_methods.dense_attention"]
     fresh = [name for name in pinning if name not in sys.modules]

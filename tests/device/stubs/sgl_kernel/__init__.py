@@ -17,26 +17,29 @@ __path__: t.List[str] = []  # submodules come from the finder below
 __version__ = "0+inferops.test.stub"
 
 
-class Unavailable:
-    def __init__(self, name: str) -> None:
-        self._name = name
+class _Placeholder(type):
+    """A placeholder's class: attribute access gives further placeholders, calling one raises. A placeholder is a class,
+    so SGLang may test isinstance() against it (never true) or subclass it (the subclass is an ordinary class)."""
 
-    def __getattr__(self, attr: str) -> Unavailable:
-        if attr.startswith("__"):
+    def __getattr__(cls, attr: str) -> t.Any:
+        if attr.startswith("__") or "_stub" not in cls.__dict__:
             raise AttributeError(attr)
-        return Unavailable(self._name + "." + attr)
+        return unavailable(cls.__dict__["_stub"] + "." + attr)
 
-    def __call__(self, *args: t.Any, **kwargs: t.Any) -> t.NoReturn:
-        raise RuntimeError("TEST STUB: %s (sgl_kernel is not installed in the H200 harness)" % self._name)
+    def __call__(cls, *args: t.Any, **kwargs: t.Any) -> t.Any:
+        if "_stub" in cls.__dict__:
+            raise RuntimeError("TEST STUB: %s (sgl_kernel is not installed in the H200 harness)" % cls.__dict__["_stub"])
+        return super().__call__(*args, **kwargs)
 
-    def __mro_entries__(self, bases: t.Tuple[t.Any, ...]) -> t.Tuple[type, ...]:
-        return (object,)
+
+def unavailable(name: str) -> t.Any:
+    return _Placeholder(name.rsplit(".", 1)[-1], (), {"_stub": name})
 
 
-def __getattr__(name: str) -> Unavailable:
+def __getattr__(name: str) -> t.Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    return Unavailable("sgl_kernel." + name)
+    return unavailable("sgl_kernel." + name)
 
 
 class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -48,7 +51,12 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name)
         module.__path__ = []  # type: ignore[attr-defined]
-        module.__getattr__ = lambda attr: Unavailable(spec.name + "." + attr)  # type: ignore[attr-defined]
+        def placeholder(attr: str) -> t.Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return unavailable(spec.name + "." + attr)
+
+        module.__getattr__ = placeholder  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
