@@ -40,7 +40,10 @@ models=$PWD/molecule/lab/models/zoo
 ZOO=${ZOO:-llama2-7b llama3.2-1b gemma2-9b deepseek-v2-lite llama3.1-8b-fp8kv llama3.1-8b-eagle3 kimi-k2.6}
 zoo() { name=$1; case " $ZOO " in *" $name "*) ;; *) return 0 ;; esac
   { echo "model-path: $models/$2"; echo "attention-backend: $3"; echo "tp-size: $4"; shift 4
-    for line in "$@"; do echo "$line"; done; } > "/tmp/sgl-zoo/$name.yaml"; }
+    for line in "$@"; do echo "$line"; done
+    # ATTENTION_ONLY=1: SGLang samples with torch, so neither the plan nor the warm-up takes FlashInfer's sampling module
+    # (the kit checks attention only; its warm-up is 100 s of nvcc)
+    [ -z "${ATTENTION_ONLY:-}" ] || echo "sampling-backend: pytorch"; } > "/tmp/sgl-zoo/$name.yaml"; }
 eagle3="speculative-draft-model-path: $models/eagle3-llama3.1-8b"
 zoo llama2-7b llama2-7b flashinfer 1
 zoo llama3.2-1b llama3.2-1b flashinfer 1
@@ -57,8 +60,30 @@ zoo llama3.1-8b-eagle3-tree llama3.1-8b flashinfer 1 "speculative-algorithm: EAG
 zoo kimi-k2.6 kimi-k2.6 flashinfer 1
 zoo kimi-k2.6-tp8 kimi-k2.6 flashinfer 8
 zoo kimi-k2.6-tp8-triton kimi-k2.6 triton 8
+# run_check NAME: one check of CHECKS (the kit over Triton's configurations needs no warm-up, and runs first)
+run_check() {
+  t0=$(date +%s)
+  case $1 in
+    backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
+    oracle) grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.oracle
+            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.oracle > "$out/oracle.json" 2> "$out/oracle.err" ;;
+    triton) grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.triton
+            # a Triton cache of its own: the other checks' Triton kernels are not in it
+            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton \
+              > "$out/triton-cold.json" 2> "$out/triton-cold.err"
+            step triton-cold $? "$(( $(date +%s) - t0 ))"; t0=$(date +%s)
+            find /tmp/sgl-ws/triton-only -type f | sort > "$out/triton-cache-after-cold.txt"
+            find "$SGLANG_JIT_CACHE_DIR" -name '*.so' | sort > "$out/sglang-jit-after-cold.txt"
+            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton \
+              > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
+  esac
+  rc=$?; name=$1; [ "$name" = triton ] && name=triton-warm
+  step "$name" $rc $(( $(date +%s) - t0 ))
+}
+case " ${CHECKS:-backend} " in *" triton "*) run_check triton ;; esac
 # the derivation and warm-up over the configurations whose attention is not Triton's (Triton's asks FlashInfer for
 # sampling only); those are planned on their own (plan-triton.out), so a failure there stops nothing else
+side=roles/inferops/files/inferops_flashinfer_venv.py
 request() { $py -c 'import json, sys; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sys.argv[1:]}))' "$@"; }
 # shellcheck disable=SC2046  # one argument per file name: the names are the harness's own, without spaces
 request=$(request $(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml))
@@ -68,7 +93,6 @@ if [ -n "$triton_configs" ]; then
   # shellcheck disable=SC2086
   $py $side plan "$(request $triton_configs)" > "$out/plan-triton.out" 2> "$out/plan-triton.err"; step plan-triton $? $(( $(date +%s) - t0 ))
 fi
-side=roles/inferops/files/inferops_flashinfer_venv.py
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/gpu-memory-before.txt"
 t0=$(date +%s)
 $py $side plan "$request" > "$out/plan.out" 2> "$out/plan.err" & pid=$!
@@ -84,21 +108,7 @@ if [ -n "${PLAN_ONLY:-}" ]; then touch "$out/done"; exit 0; fi  # the derivation
 t0=$(date +%s)
 $py $side warm "$request" > "$out/warm.out" 2> "$out/warm.err"; step warm $? $(( $(date +%s) - t0 ))
 for check in ${CHECKS:-backend}; do
-  t0=$(date +%s)
-  case $check in
-    backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
-    oracle) grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.oracle
-            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.oracle > "$out/oracle.json" 2> "$out/oracle.err" ;;
-    triton) grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.triton
-            export TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only  # its own: the other checks' Triton kernels are not in it
-            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton > "$out/triton-cold.json" 2> "$out/triton-cold.err"
-            step triton-cold $? "$(( $(date +%s) - t0 ))"; t0=$(date +%s)
-            find "$TRITON_CACHE_DIR" -type f | sort > "$out/triton-cache-after-cold.txt"
-            find "$SGLANG_JIT_CACHE_DIR" -name '*.so' | sort > "$out/sglang-jit-after-cold.txt"
-            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
-  esac
-  rc=$?; [ "$check" = triton ] && check=triton-warm
-  step "$check" $rc $(( $(date +%s) - t0 ))
+  [ "$check" = triton ] || run_check "$check"
 done
 ls -R /tmp/sgl-ws/triton /tmp/sgl-ws/sglang > "$out/other-caches.txt" 2>&1
 touch "$out/done"

@@ -127,6 +127,16 @@ def host_factory(factory: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
     return make
 
 
+def host_buffers_device(cuda_device: t.Any) -> t.Any:
+    """torch.cuda.device, but for a host tensor's device the device of no GPU (index -1: entering it changes nothing)."""
+
+    class HostBuffersDevice(cuda_device):  # type: ignore[misc,valid-type]
+        def __init__(self, device: t.Any) -> None:
+            super().__init__(-1 if getattr(device, "type", device) == "cpu" else device)
+
+    return HostBuffersDevice
+
+
 @contextlib.contextmanager
 def planning(recorder: Recorder) -> t.Iterator[None]:
     """FlashInfer's builds and Triton's launches recorded, tensors in host memory, FlashInfer's device questions about a
@@ -191,10 +201,10 @@ def planning(recorder: Recorder) -> t.Iterator[None]:
     swap(triton_jit.JITFunction, "run", record_launch)
     for factory in FACTORIES:
         swap(torch, factory, host_factory(getattr(torch, factory)))
-    # FlashInfer's CUDA-graph plan (fast_decode_plan) enters the device of its host buffers: nothing to enter for those
-    cuda_device = torch.cuda.device
-    swap(torch.cuda, "device", lambda device: contextlib.nullcontext() if getattr(device, "type", device) == "cpu"
-         else cuda_device(device))
+    # FlashInfer's CUDA-graph plan (fast_decode_plan) enters the device of its host buffers: for those, the device of no
+    # GPU (torch's index -1, which enters nothing). A class still: torch itself asks isinstance(x, torch.cuda.device)
+    # (get_device_properties, which SGLang's Triton backend calls on a GPU host)
+    swap(torch.cuda, "device", host_buffers_device(torch.cuda.device))
     # every module that holds one of them by name, and (for a module imported later) where they are defined
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("flashinfer", "sglang")):
