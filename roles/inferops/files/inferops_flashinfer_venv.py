@@ -169,8 +169,9 @@ def model_files(model_path: str) -> t.Optional[t.Dict[str, str]]:
 
 def derivation_inputs(paths: t.List[str], models: t.List[str], versions: t.Dict[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
     """Everything a derivation read: the --config files, the models' JSON files, SGLang's and FlashInfer's
-    releases, the GPUs and whether the release's trtllm kernel set is in place. None when a model is not a local
-    directory (a hub name): such a derivation is not reused."""
+    releases, the GPUs and whether the release's trtllm kernel set is in place -- and the planner that asked (this file
+    and inferops_sglang_plan.py beside it), so a node whose collection was upgraded asks SGLang again with the new one.
+    None when a model is not a local directory (a hub name): such a derivation is not reused."""
     files = {}
     for path in paths:
         files[path] = digest(path)
@@ -179,7 +180,9 @@ def derivation_inputs(paths: t.List[str], models: t.List[str], versions: t.Dict[
         if found is None:
             return None
         files.update(found)
-    return dict(versions, files=files)
+    here = os.path.dirname(os.path.abspath(__file__))
+    planner = {name: digest(os.path.join(here, name)) for name in (os.path.basename(__file__), "inferops_sglang_plan.py")}
+    return dict(versions, files=files, planner=planner)
 
 
 def reusable(previous: t.Optional[t.Dict[str, t.Any]], paths: t.List[str], versions: t.Dict[str, t.Any]) -> bool:

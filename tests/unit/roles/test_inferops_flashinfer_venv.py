@@ -106,6 +106,17 @@ def test_a_derivation_is_reused_while_what_it_read_is_unchanged(derivation: t.Di
     assert side.reusable(None, paths, versions) is False
 
 
+def test_a_derivation_by_another_planner_is_not_reused(derivation: t.Dict[str, t.Any]) -> None:
+    """A collection upgrade whose planner asks SGLang's backend more (a new mode, a new batch) derives again, though the
+    configurations, the models, the releases and the GPUs are unchanged."""
+    paths, versions, record = [str(derivation["config"])], derivation["versions"], derivation["record"]
+    assert sorted(record["inputs"]["planner"]) == ["inferops_flashinfer_venv.py", "inferops_sglang_plan.py"]
+    assert side.reusable(record, paths, versions) is True
+    older = dict(record, inputs=dict(record["inputs"], planner=dict(record["inputs"]["planner"], **{"inferops_sglang_plan.py": "0" * 64})))
+    assert side.reusable(older, paths, versions) is False
+    assert side.reusable(dict(record, inputs={k: v for k, v in record["inputs"].items() if k != "planner"}), paths, versions) is False
+
+
 def test_a_model_that_is_not_a_local_directory_is_derived_again(derivation: t.Dict[str, t.Any]) -> None:
     assert side.derivation_inputs([str(derivation["config"])], ["meta-llama/Llama-3.1-8B"], derivation["versions"]) is None
 
