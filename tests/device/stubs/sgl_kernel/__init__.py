@@ -3,10 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """TEST EQUIPMENT (tests/device only): an import stub for sgl_kernel, SGLang's CUDA kernel package, which the H200 harness
 does not carry. SGLang imports it at module level in files the attention backends pull in; FlashInfer's attention backends
-call none of it. Every name, in this package or a submodule, is a placeholder that raises when called."""
+call none of it. Every name, in this package or a submodule, is a placeholder that raises when called, but one:
+utils.is_arch_support_pdl, which SGLang's Triton attention backend asks at construction on a CUDA host, is answered by
+SGLang's own function of that name (sglang.kernels.jit.utils.arch: the GPU arch's major version is 9 or more)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -54,6 +57,8 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         def placeholder(attr: str) -> t.Any:
             if attr.startswith("__"):
                 raise AttributeError(attr)
+            if (spec.name, attr) == ("sgl_kernel.utils", "is_arch_support_pdl"):
+                return importlib.import_module("sglang.kernels.jit.utils.arch").is_arch_support_pdl
             return unavailable(spec.name + "." + attr)
 
         module.__getattr__ = placeholder  # type: ignore[attr-defined]
