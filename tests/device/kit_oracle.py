@@ -138,7 +138,8 @@ def cases(service: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Di
                    "draft extend": extend.run_mla_draft_extend_v2_cuda_graph_case,
                    "draft": drafts.run_mla_eagle_draft_cuda_graph_runner_case}
         else:
-            shape = {"head_dim": model["head_dim"], "dtype": model["dtype"], "device": "cuda"}
+            # the model's hidden size feeds the kit's projections, as SGLang's own tests give one with the head dim
+            shape = {"head_dim": model["head_dim"], "hidden_size": model["hidden_size"], "dtype": model["dtype"], "device": "cuda"}
             kit = {"eager": dense.run_dense_attention_case, "graph": graphs.run_dense_cuda_graph_decode_case,
                    "verify": verify.run_dense_spec_verify_case, "verify graph": verify.run_dense_spec_verify_cuda_graph_case,
                    "draft extend": extend.run_dense_draft_extend_v2_cuda_graph_case,
