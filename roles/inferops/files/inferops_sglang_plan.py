@@ -696,6 +696,18 @@ def speculative(server_args: t.Any) -> t.Dict[str, int]:
             for name in ("num_steps", "eagle_topk", "num_draft_tokens")}
 
 
+def cuda_graphs_disabled(server_args: t.Any) -> bool:
+    """Whether SGLang captures no decode CUDA graphs for the service, asked as its model runner asks it: from 0.5.21
+    check_cuda_graph_backend(decode, disabled) over the published cuda-graph settings (--cuda-graph-backend-decode
+    disabled; the old flag is refused in a --config), before that the server args' disable_cuda_graph."""
+    try:
+        # pylint: disable-next=import-error,import-outside-toplevel
+        from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, check_cuda_graph_backend
+    except ImportError:
+        return bool(getattr(server_args, "disable_cuda_graph", False))
+    return bool(check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED))
+
+
 def tokens_per_request(node: t.Any, shape: t.Mapping[str, int]) -> int:
     """What one request adds to a batch of the CUDA-graph runner: SGLang's decode_num_tokens_per_req (0.5.21 on), before
     it the draft tokens under speculative decoding, else one."""
@@ -786,6 +798,8 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
     topk = shape["eagle_topk"]
     what = "draft decode, %d steps of topk %d" % (shape["num_steps"], topk)
     yield (what, multi_step, batch(node, "DECODE", [8, 5], [topk, topk], EagleDraftInput()), "draft")
+    if cuda_graphs_disabled(node.server_args):
+        return
     sizes = graph_sizes(node, 1)
     multi_step.init_cuda_graph_state(max(sizes), max(sizes) * topk)
     fill = int(multi_step.attn_backends[0].get_cuda_graph_seq_len_fill_value())
@@ -822,7 +836,9 @@ def kit_draft_extend() -> t.Callable[..., None]:
         prepare = module._prepare_eagle_draft_extend_v2_batch  # pylint: disable=protected-access
     except (ImportError, AttributeError) as exc:
         raise PlanError("SGLang %s's attention test kit has no DRAFT_EXTEND_V2 batch to run the draft's extend with "
-                        "(%s: %s)" % (sglang_release(), type(exc).__name__, exc)) from exc
+                        "(%s: %s). Fix: install SGLang with its own dependencies in its venv (the kit imports SGLang's "
+                        "speculative worker and server modules), or name the modules in flashinfer_jit_modules and set "
+                        "flashinfer_jit_derive: false" % (sglang_release(), type(exc).__name__, exc)) from exc
     finally:
         for name in fresh:
             held = getattr(sys.modules.get(name), "_parallel_override", None)
@@ -851,6 +867,8 @@ def draft_extend_steps(model: Model, shape: t.Mapping[str, int],
 
     what = "draft extend, %d tokens a request" % width
     yield (what, backend, extend([8, 5]), "eager")
+    if cuda_graphs_disabled(node.server_args):
+        return
     sizes = graph_sizes(node, 1)
     backend.init_cuda_graph_state(max(sizes), max(sizes) * width)
     fill_value = getattr(graph_runner, "resolve_draft_extend_seq_len_fill_value", None)
@@ -881,7 +899,7 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
     widths = publish(server_args, held)
     shape = speculative(server_args)
     requests = 2
-    if not getattr(server_args, "disable_cuda_graph", False):
+    if not cuda_graphs_disabled(server_args):
         # the pool holds SGLang's largest capture size: its runner clamps the sizes to the pool, which a server sizes
         # from its GPU memory; asked of a runner whose pool is larger than any size
         probe = as_model_runner(runner(server_args, resolved, model_config, draft, widths))
@@ -914,8 +932,8 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
         for what, mode, prefixes, news in BATCHES:
             yield what, backend, batch(node, mode, prefixes, news), "eager"
         yield from speculative_steps(model, shape)
-        if getattr(server_args, "disable_cuda_graph", False):
-            planned["cuda_graph"] = "disabled (disable-cuda-graph)"
+        if cuda_graphs_disabled(server_args):
+            planned["cuda_graph"] = "disabled"
         else:
             yield from graph_steps(model, shape)
 
