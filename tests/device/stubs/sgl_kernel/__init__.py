@@ -54,6 +54,7 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name)
         module.__path__ = []  # type: ignore[attr-defined]
+
         def placeholder(attr: str) -> t.Any:
             if attr.startswith("__"):
                 raise AttributeError(attr)
