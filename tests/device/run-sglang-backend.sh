@@ -4,9 +4,11 @@
 # sglang_backend_check.py (forward_extend / forward_decode on the GPU against torch, FlashInfer's cache watched).
 # Carry .whl/ (tests/device/README.md: "SGLang's backends"). PHASE=start runs it in the background (results in
 # /tmp/sgl-run), PHASE=collect waits up to 9 minutes and copies them to $OUT. ZOO names the configurations (default:
-# the seven of results/2026-12-05-h200-any-backend); CHECKS which checks follow the warm-up (default: backend): backend (sglang_backend_check.py), oracle
+# the seven of results/2026-12-05-h200-any-backend); CHECKS which checks run (default: backend): backend (sglang_backend_check.py), oracle
 # (kit_oracle.py, SGLang's own attention test kit, over the same configurations), triton (kit_oracle.py over the
-# configurations whose attention is Triton's, twice: from an empty Triton cache, then from the one the first run filled).
+# configurations whose attention is Triton's, twice: from an empty Triton cache, then from the one the first run filled;
+# it needs no warm-up and runs before the derivation). ATTENTION_ONLY=1: the configurations sample with torch, so
+# FlashInfer's sampling module is neither planned nor warmed.
 set -u
 case "${PHASE:-all}" in
   start)
