@@ -653,14 +653,16 @@ def mla_forward(backend: t.Any, node: t.Any, layer: t.Any, forward_batch: t.Any,
 
 @dataclasses.dataclass
 class Model:
-    """One model of a service as the planner runs it: its runner, backend, parallel widths, and its attention layers
-    (an MLA model's SGLang layer, or a dense model's RadixAttention layers), made once for every step."""
+    """One model of a service as the planner runs it: its runner, backend, parallel widths, its attention layers (an
+    MLA model's SGLang layer, or a dense model's RadixAttention layers), made once for every step, and whether SGLang
+    captures CUDA graphs for it (cuda_graphs_disabled, asked once)."""
 
     node: t.Any
     backend: t.Any
     widths: t.Mapping[str, t.Any]
     mla: t.Any
     dense: t.List[t.Any] = dataclasses.field(default_factory=list)
+    graphs: bool = True
 
 
 def run_forward(model: Model, backend: t.Any, forward_batch: t.Any, step: t.Dict[str, t.Any], metadata: str) -> None:
@@ -798,7 +800,7 @@ def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.
     topk = shape["eagle_topk"]
     what = "draft decode, %d steps of topk %d" % (shape["num_steps"], topk)
     yield (what, multi_step, batch(node, "DECODE", [8, 5], [topk, topk], EagleDraftInput()), "draft")
-    if cuda_graphs_disabled(node.server_args):
+    if not model.graphs:
         return
     sizes = graph_sizes(node, 1)
     multi_step.init_cuda_graph_state(max(sizes), max(sizes) * topk)
@@ -867,7 +869,7 @@ def draft_extend_steps(model: Model, shape: t.Mapping[str, int],
 
     what = "draft extend, %d tokens a request" % width
     yield (what, backend, extend([8, 5]), "eager")
-    if cuda_graphs_disabled(node.server_args):
+    if not model.graphs:
         return
     sizes = graph_sizes(node, 1)
     backend.init_cuda_graph_state(max(sizes), max(sizes) * width)
@@ -899,7 +901,8 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
     widths = publish(server_args, held)
     shape = speculative(server_args)
     requests = 2
-    if not cuda_graphs_disabled(server_args):
+    graphs = not cuda_graphs_disabled(server_args)
+    if graphs:
         # the pool holds SGLang's largest capture size: its runner clamps the sizes to the pool, which a server sizes
         # from its GPU memory; asked of a runner whose pool is larger than any size
         probe = as_model_runner(runner(server_args, resolved, model_config, draft, widths))
@@ -926,16 +929,17 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
             raise PlanError("SGLang %s's MLA attention layer could not be built here for %s (%s: %s), so its %s backend "
                             "cannot be run" % (sglang_release(), model_config.model_path, type(exc).__name__, exc,
                                                " / ".join(names))) from exc
-    model = Model(node=node, backend=backend, widths=widths, mla=mla, dense=[] if mla is not None else layers(node, widths))
+    model = Model(node=node, backend=backend, widths=widths, mla=mla, dense=[] if mla is not None else layers(node, widths),
+                  graphs=graphs)
 
     def steps() -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
         for what, mode, prefixes, news in BATCHES:
             yield what, backend, batch(node, mode, prefixes, news), "eager"
         yield from speculative_steps(model, shape)
-        if cuda_graphs_disabled(server_args):
-            planned["cuda_graph"] = "disabled"
-        else:
+        if graphs:
             yield from graph_steps(model, shape)
+        else:
+            planned["cuda_graph"] = "disabled"
 
     what = "building the batches"
     try:
