@@ -62,21 +62,23 @@ zoo llama3.1-8b-eagle3-tree llama3.1-8b flashinfer 1 "speculative-algorithm: EAG
 zoo kimi-k2.6 kimi-k2.6 flashinfer 1
 zoo kimi-k2.6-tp8 kimi-k2.6 flashinfer 8
 zoo kimi-k2.6-tp8-triton kimi-k2.6 triton 8
+# the configurations whose attention is Triton's, and the others (file names are the harness's own, without spaces)
+triton_configs=$(grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
+other_configs=$(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
 # run_check NAME: one check of CHECKS (the kit over Triton's configurations needs no warm-up, and runs first)
+# shellcheck disable=SC2086  # the config lists split into one argument per file
 run_check() {
   t0=$(date +%s)
   case $1 in
     backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
-    oracle) grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.oracle
-            xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.oracle > "$out/oracle.json" 2> "$out/oracle.err" ;;
-    triton) grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml > /tmp/sgl-zoo.triton
-            # a Triton cache of its own: the other checks' Triton kernels are not in it
-            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton \
+    oracle) $py tests/device/kit_oracle.py $other_configs > "$out/oracle.json" 2> "$out/oracle.err" ;;
+    triton) # a Triton cache of its own: the other checks' Triton kernels are not in it
+            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only $py tests/device/kit_oracle.py $triton_configs \
               > "$out/triton-cold.json" 2> "$out/triton-cold.err"
             step triton-cold $? "$(( $(date +%s) - t0 ))"; t0=$(date +%s)
             find /tmp/sgl-ws/triton-only -type f | sort > "$out/triton-cache-after-cold.txt"
             find "$SGLANG_JIT_CACHE_DIR" -name '*.so' | sort > "$out/sglang-jit-after-cold.txt"
-            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only xargs $py tests/device/kit_oracle.py < /tmp/sgl-zoo.triton \
+            TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only $py tests/device/kit_oracle.py $triton_configs \
               > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
   esac
   rc=$?; name=$1; [ "$name" = triton ] && name=triton-warm
@@ -87,9 +89,8 @@ case " ${CHECKS:-backend} " in *" triton "*) run_check triton ;; esac
 # sampling only); those are planned on their own (plan-triton.out), so a failure there stops nothing else
 side=roles/inferops/files/inferops_flashinfer_venv.py
 request() { $py -c 'import json, sys; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sys.argv[1:]}))' "$@"; }
-# shellcheck disable=SC2046  # one argument per file name: the names are the harness's own, without spaces
-request=$(request $(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml))
-triton_configs=$(grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
+# shellcheck disable=SC2086
+request=$(request $other_configs)
 if [ -n "$triton_configs" ]; then
   t0=$(date +%s)
   # shellcheck disable=SC2086
