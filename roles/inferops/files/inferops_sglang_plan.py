@@ -44,6 +44,8 @@ import functools
 import importlib
 import inspect
 import logging
+import math
+import mmap
 import pathlib
 import sys
 import types
@@ -60,6 +62,8 @@ BATCHES: t.Tuple[t.Tuple[str, str, t.Tuple[int, ...], t.Tuple[int, ...]], ...] =
 CONTEXT = 32
 # FlashInfer probes a loaded module for these optional entry points with hasattr(); the recorded module has none
 OPTIONAL_ENTRY_POINTS = frozenset({"plan_with_staged_workspace_bytes"})
+# a host buffer this large or larger is mapped, not filled (untouched_zeros)
+LAZY_BYTES = 1 << 26
 FACTORIES = ("empty", "zeros", "ones", "full", "arange", "tensor")
 
 
@@ -117,12 +121,34 @@ def clear_getter_caches() -> None:
                 value.cache_clear()
 
 
+def untouched_zeros(args: t.Tuple[t.Any, ...], kwargs: t.Mapping[str, t.Any]) -> t.Any:
+    """A large zero-filled host buffer (at least LAZY_BYTES) in an anonymous mapping, whose pages the kernel gives as
+    zeros and commits only when written: a backend's CUDA-graph scratch for its largest batch (SGLang's Triton MLA
+    decode logits: gigabytes at 512 requests of 8 tokens) is sized, never filled, by its metadata calls. None where the
+    call is not a plain (shape, dtype) one or the buffer is small."""
+    import torch  # pylint: disable=import-error,import-outside-toplevel
+
+    shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+    if set(kwargs) - {"dtype", "device"} or not shape or not all(isinstance(size, int) for size in shape):
+        return None
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    count = math.prod(shape)
+    size = count * torch.empty((), dtype=dtype).element_size()
+    if size < LAZY_BYTES:
+        return None
+    return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=count).view(shape)
+
+
 def host_factory(factory: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
     @functools.wraps(factory)
     def make(*args: t.Any, **kwargs: t.Any) -> t.Any:
         kwargs.pop("pin_memory", None)
         if "device" in kwargs and str(kwargs["device"]).startswith("cuda"):
             kwargs["device"] = "cpu"
+        if factory.__name__ in ("zeros", "empty"):
+            lazy = untouched_zeros(args, kwargs)
+            if lazy is not None:
+                return lazy
         return factory(*args, **kwargs)
     return make
 
@@ -742,15 +768,21 @@ def verify_input(node: t.Any, shape: t.Mapping[str, int], width: int, count: int
     return DecodeCudaGraphRunner.get_spec_info(holder, count * width)  # type: ignore[arg-type]
 
 
+def verifies(node: t.Any) -> bool:
+    """Whether this runner's steps under speculative decoding are TARGET_VERIFY ones: a target's, and a draft's whose
+    algorithm runs its draft block as one (SGLang's supports_target_verify_for_draft: DFLASH)."""
+    algorithm = node.spec_algorithm
+    return bool(algorithm.is_speculative() and (not node.is_draft_worker or (
+        callable(getattr(algorithm, "supports_target_verify_for_draft", None)) and algorithm.supports_target_verify_for_draft())))
+
+
 def graph_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
     """The model runner's CUDA graphs as SGLang's decode graph runner makes them: its capture mode (DECODE, or
     TARGET_VERIFY for a speculative target and for a draft that verifies like one, as DFLASH's), its state for the
     largest size, then per batch size a capture (every request at the backend's fill length) and a replay (requests of
     different lengths)."""
     node, backend = model.node, model.backend
-    algorithm = node.spec_algorithm
-    verify = algorithm.is_speculative() and (not node.is_draft_worker or (
-        callable(getattr(algorithm, "supports_target_verify_for_draft", None)) and algorithm.supports_target_verify_for_draft()))
+    verify = verifies(node)
     if node.is_draft_worker and not verify:
         return
     width = tokens_per_request(node, shape) if verify else 1
@@ -772,16 +804,18 @@ def graph_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[
 
 def speculative_steps(model: Model, shape: t.Mapping[str, int]) -> t.Iterator[t.Tuple[str, t.Any, t.Any, str]]:
     """What a speculative service runs besides prompts and decode steps: on the target, TARGET_VERIFY of the draft
-    tokens; on an EAGLE-family draft, its extend after each verify and the multi-step draft decode through the backends
-    SGLang's DraftBackendFactory makes for it (topk tokens per request per step), eager and at its CUDA graphs' batch
-    sizes."""
+    tokens; on a DFLASH draft, its block as a TARGET_VERIFY step of its own; on an EAGLE-family draft, its extend after
+    each verify and the multi-step draft decode through the backends SGLang's DraftBackendFactory makes for it (topk
+    tokens per request per step), eager and at its CUDA graphs' batch sizes."""
     # pylint: disable=import-error,import-outside-toplevel
     node = model.node
     if not node.spec_algorithm.is_speculative():
         return
-    if not node.is_draft_worker:
+    if verifies(node):
+        # the target's verify of the draft tokens; a DFLASH draft's block (eager where no CUDA graph of its size is)
         width = tokens_per_request(node, shape)
-        yield ("draft tokens verified (TARGET_VERIFY)", model.backend,
+        what = "the draft's block (TARGET_VERIFY)" if node.is_draft_worker else "draft tokens verified (TARGET_VERIFY)"
+        yield (what, model.backend,
                batch(node, "TARGET_VERIFY", [8, 5], [width, width], verify_input(node, shape, width, 2)), "eager")
         return
     if not node.spec_algorithm.is_eagle():
@@ -911,6 +945,8 @@ def plan_model(server_args: t.Any, resolved: t.Mapping[str, t.Any], model_config
     node = as_model_runner(runner(server_args, resolved, model_config, draft, widths, requests=requests))
     start = len(recorder.asked)
     backend = build_backend(node)
+    # held by the runner as SGLang's ModelRunner holds it (its graph runner's DFLASH verify input asks it)
+    node.attn_backend = backend
     names = sorted({node.prefill_attention_backend_str, node.decode_attention_backend_str})
     tp = int(widths["attn_tp_size"])
     heads, kv_heads = int(model_config.num_attention_heads) // tp, int(model_config.get_num_kv_heads(tp))

@@ -253,3 +253,29 @@ def test_a_release_without_the_kits_draft_extend_batch_fails_the_plan_by_name(ki
     with pytest.raises(planner.PlanError, match=r"SGLang 0\.0\.test's attention test kit has no DRAFT_EXTEND_V2 batch"):
         planner.kit_draft_extend()
     assert parallel.OVERRIDES == {}
+
+
+class Algorithm:
+    """A speculative algorithm as the planner asks it (SGLang's SpeculativeAlgorithm's questions)."""
+
+    def __init__(self, name: str, draft_verifies: t.Optional[bool]) -> None:
+        self.name = name
+        if draft_verifies is not None:
+            self.supports_target_verify_for_draft = lambda: draft_verifies
+
+    def is_speculative(self) -> bool:
+        return self.name != "NONE"
+
+
+@pytest.mark.parametrize(("name", "draft_verifies", "target", "draft"), [
+    ("NONE", None, False, False),
+    ("EAGLE3", False, True, False),
+    ("DFLASH", True, True, True),
+    # a release whose algorithm cannot say: the draft is not taken for one that verifies
+    ("EAGLE", None, True, False),
+])
+def test_a_dflash_draft_runs_its_block_as_a_verify_step_and_an_eagle_draft_does_not(
+        name: str, draft_verifies: t.Optional[bool], target: bool, draft: bool) -> None:
+    for is_draft, expected in ((False, target), (True, draft)):
+        node = types.SimpleNamespace(spec_algorithm=Algorithm(name, draft_verifies), is_draft_worker=is_draft)
+        assert planner.verifies(node) is expected
