@@ -7,7 +7,8 @@
 # the seven of results/2026-12-05-h200-any-backend); CHECKS which checks run (default: backend): backend (sglang_backend_check.py), oracle
 # (kit_oracle.py, SGLang's own attention test kit, over the same configurations), triton (kit_oracle.py over the
 # configurations whose attention is Triton's, twice: from an empty Triton cache, then from the one the first run filled;
-# it needs no warm-up and runs before the derivation). ATTENTION_ONLY=1: the configurations sample with torch, so
+# it needs no warm-up and runs before the derivation), probe (the kit's verify-through-CUDA-graph cases again, captured at
+# 2 and at 8 requests). ATTENTION_ONLY=1: the configurations sample with torch, so
 # FlashInfer's sampling module is neither planned nor warmed.
 set -u
 case "${PHASE:-all}" in
@@ -62,6 +63,9 @@ zoo llama3.1-8b-eagle3-tree llama3.1-8b flashinfer 1 "speculative-algorithm: EAG
 zoo kimi-k2.6 kimi-k2.6 flashinfer 1
 zoo kimi-k2.6-tp8 kimi-k2.6 flashinfer 8
 zoo kimi-k2.6-tp8-triton kimi-k2.6 triton 8
+# the same under DFLASH, with a draft of the public shape of the Kimi-K2.6 DFlash draft
+zoo kimi-k2.6-tp8-triton-dflash kimi-k2.6 triton 8 "speculative-algorithm: DFLASH" \
+  "speculative-draft-model-path: $models/dflash-kimi-k2.6"
 # the configurations whose attention is Triton's, and the others (file names are the harness's own, without spaces)
 triton_configs=$(grep -l 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
 other_configs=$(grep -L 'attention-backend: triton' /tmp/sgl-zoo/*.yaml)
@@ -72,6 +76,12 @@ run_check() {
   case $1 in
     backend) $py tests/device/sglang_backend_check.py /tmp/sgl-zoo/*.yaml > "$out/backend.json" 2> "$out/backend.err" ;;
     oracle) $py tests/device/kit_oracle.py $other_configs > "$out/oracle.json" 2> "$out/oracle.err" ;;
+    probe) # the kit's verify through CUDA graphs again, captured at the batch's own size (2: no padded replay) and at 8
+           $py tests/device/kit_oracle.py --only "verify, CUDA graph" --capture-batch-size 2 $other_configs \
+             > "$out/probe-2.json" 2> "$out/probe-2.err"
+           step probe-2 $? "$(( $(date +%s) - t0 ))"; t0=$(date +%s)
+           $py tests/device/kit_oracle.py --only "verify, CUDA graph" --capture-batch-size 8 $other_configs \
+             > "$out/probe-8.json" 2> "$out/probe-8.err" ;;
     triton) # a Triton cache of its own: the other checks' Triton kernels are not in it
             TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only $py tests/device/kit_oracle.py $triton_configs \
               > "$out/triton-cold.json" 2> "$out/triton-cold.err"
@@ -81,12 +91,13 @@ run_check() {
             TRITON_CACHE_DIR=/tmp/sgl-ws/triton-only $py tests/device/kit_oracle.py $triton_configs \
               > "$out/triton-warm.json" 2> "$out/triton-warm.err" ;;
   esac
-  rc=$?; name=$1; [ "$name" = triton ] && name=triton-warm
+  rc=$?; name=$1; [ "$name" = triton ] && name=triton-warm; [ "$name" = probe ] && name=probe-8
   step "$name" $rc $(( $(date +%s) - t0 ))
 }
 case " ${CHECKS:-backend} " in *" triton "*) run_check triton ;; esac
 # the derivation and warm-up over the configurations whose attention is not Triton's (Triton's asks FlashInfer for
 # sampling only); those are planned on their own (plan-triton.out), so a failure there stops nothing else
+[ -n "$other_configs" ] || { touch "$out/done"; exit 0; }  # Triton's configurations only: nothing to derive or warm
 side=roles/inferops/files/inferops_flashinfer_venv.py
 request() { $py -c 'import json, sys; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sys.argv[1:]}))' "$@"; }
 # shellcheck disable=SC2086
