@@ -233,10 +233,12 @@ $(RELEASE_VENV)/.installed: requirements/release.txt requirements/release-constr
 docs-site: release-venv link
 	PATH=$(RELEASE_VENV)/bin:$$PATH $(RELEASE_VENV)/bin/python tools/docs_site.py
 
-# The release tarball as Galaxy takes it: ansible-galaxy collection build, then Galaxy's own importer (galaxy-importer:
-# metadata, every plugin's and role's documentation through ansible-doc, ansible-lint), which must pass with no error or
-# warning.
+# The release tarball as Galaxy takes it: first, galaxy.yml's version may not name a release while a changelog fragment is
+# in no release (tools/release_versions.py); then ansible-galaxy collection build, then Galaxy's own importer
+# (galaxy-importer: metadata, every plugin's and role's documentation through ansible-doc, ansible-lint), which must pass
+# with no error or warning.
 release-check: venv release-venv
+	$(BIN)/python tools/release_versions.py
 	rm -rf $(DIST); mkdir -p $(DIST)
 	$(BIN)/ansible-galaxy collection build --output-path $(DIST) .
 	cd $(DIST) && PATH=$(RELEASE_VENV)/bin:$$PATH $(RELEASE_VENV)/bin/python -m galaxy_importer.main inferops-blackwell-*.tar.gz > importer.log 2>&1 \
