@@ -234,3 +234,29 @@ def test_ansible_builder_accepts_the_execution_environment(installed: t.Dict[str
     requirements = (tmp_path / "context" / "_build" / "requirements.yml").read_text()
     assert "name: /build/inferops-blackwell.tar.gz" in requirements and "type: file" in requirements
     assert (tmp_path / "context" / "_build" / "inferops-blackwell.tar.gz").read_bytes() == installed["tarball"].read_bytes()
+
+
+def test_a_checkout_with_an_operators_inventory_and_reports_builds_the_same_tarball(
+        installed: t.Dict[str, t.Any], tmp_path: t.Any) -> None:
+    """The README's workflow fills inventories/production (its vaulted group_vars) in the checkout and runs the playbooks
+    there, which write their reports into it: a tarball built from such a checkout holds none of it -- the same files as
+    one built from the clean tree."""
+    tree = tmp_path / "checkout"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if os.path.isfile(os.path.join(ROOT, name)):
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), tree / name)
+    private = ["inventories/production/hosts.yml", "inventories/production/group_vars/all/vault.yml",
+               "inventories/production/group_vars/b200.yml", "inventories/prod-eu/hosts.yml", "remediate-report.json",
+               "fleet-facts.json", "site-report.json", "site.retry", ".whl/carried.whl", "notes.txt", "docs/site/conf.py",
+               "changelogs/fragments/unreleased.yml", "roles/flashinfer/files/__pycache__/x.cpython-311.pyc"]
+    for name in private:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("$ANSIBLE_VAULT;1.1;AES256\n6162636465\n")
+    out = tmp_path / "out"
+    run(["ansible-galaxy", "collection", "build", "--output-path", str(out), str(tree)], installed["env"])
+    with tarfile.open(out / ("inferops-blackwell-%s.tar.gz" % VERSION)) as archive:
+        names = archive.getnames()
+    assert not [name for name in names if name in private or name.startswith(("inventories/production/", "inventories/prod-eu"))]
+    assert sorted(names) == sorted(installed["names"])
