@@ -125,6 +125,25 @@ def test_installed_playbook_refuses_an_inventory_without_its_nodes(installed: t.
     assert sorted(path.name for path in tmp.iterdir()) == ["inventory.ini"]
 
 
+def test_installed_facts_playbook_refuses_a_pattern_without_hosts(installed: t.Dict[str, t.Any]) -> None:
+    """facts.yml with a facts_hosts that matches no host (and against an empty inventory, its default 'all') fails with
+    the message site.yml and remediate.yml give, in check mode too, and writes nothing."""
+    tmp = installed["tmp"] / "facts-no-hosts"
+    tmp.mkdir()
+    inventory, empty = tmp / "inventory.ini", tmp / "empty.ini"
+    inventory.write_text("[gpu_a]\nnode-a ansible_connection=local\n[gpu_b]\nnode-b ansible_connection=local\n")
+    empty.write_text("")
+    for source, extra, pattern, groups in ((inventory, ["-e", "facts_hosts=b300"], "b300", "gpu_a, gpu_b"),
+                                           (inventory, ["-e", "facts_hosts=b3*", "--check"], "b3*", "gpu_a, gpu_b"),
+                                           (empty, [], "all", "none")):
+        done = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(source), "inferops.blackwell.facts", *extra],
+                              env=installed["env"], cwd=str(tmp), capture_output=True, text=True, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert "facts.yml: facts_hosts (%s) matches no host of this inventory (its groups: %s)" % (pattern, groups) in out, out
+    assert sorted(path.name for path in tmp.iterdir()) == ["empty.ini", "inventory.ini"]
+
+
 def test_installed_playbooks_write_nothing_on_the_controller_in_check_mode(installed: t.Dict[str, t.Any]) -> None:
     """remediate.yml and facts.yml with --check: the summary and the table are printed, no report is written."""
     tmp = installed["tmp"] / "check-mode"
