@@ -269,7 +269,8 @@ def test_a_checkout_with_an_operators_inventory_and_reports_builds_the_same_tarb
     private = ["inventories/production/hosts.yml", "inventories/production/group_vars/all/vault.yml",
                "inventories/production/group_vars/b200.yml", "inventories/prod-eu/hosts.yml", "remediate-report.json",
                "fleet-facts.json", "site-report.json", "site.retry", ".whl/carried.whl", "notes.txt", "docs/site/conf.py",
-               "changelogs/fragments/unreleased.yml", "roles/flashinfer/files/__pycache__/x.cpython-311.pyc"]
+               "changelogs/fragments/unreleased.yml", "roles/flashinfer/files/__pycache__/x.cpython-311.pyc",
+               "roles/flashinfer/.DS_Store", "playbooks/site.retry"]
     for name in private:
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_text("$ANSIBLE_VAULT;1.1;AES256\n6162636465\n")
