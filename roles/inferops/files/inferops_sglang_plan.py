@@ -133,19 +133,21 @@ def untouched_zeros(args: t.Tuple[t.Any, ...], kwargs: t.Mapping[str, t.Any]) ->
         return None
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
     count = math.prod(shape)
-    size = count * torch.empty((), dtype=dtype).element_size()
+    size = count * dtype.itemsize
     if size < LAZY_BYTES:
         return None
     return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=count).view(shape)
 
 
 def host_factory(factory: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    zeros = factory.__name__ in ("zeros", "empty")
+
     @functools.wraps(factory)
     def make(*args: t.Any, **kwargs: t.Any) -> t.Any:
         kwargs.pop("pin_memory", None)
         if "device" in kwargs and str(kwargs["device"]).startswith("cuda"):
             kwargs["device"] = "cpu"
-        if factory.__name__ in ("zeros", "empty"):
+        if zeros:
             lazy = untouched_zeros(args, kwargs)
             if lazy is not None:
                 return lazy
