@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which shape makes SGLang's attention test kit's verify-through-CUDA-graph case fail on a GPU host.
 
-    python verify_graph_probe.py [--backend triton] [--dry-run]
+    python verify_graph_probe.py [--backend triton] [--mla] [--dry-run]
 
 kit_oracle.py found the kit's run_dense_spec_verify_cuda_graph_case failing for every service it was given (FlashInfer
 and Triton, dense and MLA) while the kit's eager verify case passed for the same batches. This runs both cases for a
@@ -11,6 +11,12 @@ ladder of shapes that starts at one of SGLang's own test cases (its dense FA4 su
 head dim 64, hidden 256, page 16, cached (4, 7), 3 draft tokens each, float16) and changes one thing at a time towards
 the shapes kit_oracle.py gives (a Llama-3.1-8B rank: 32 heads, 8 KV heads, head dim 128, hidden 4096, page 1, cached
 (24, 13), 4 draft tokens, bfloat16). Prints one JSON report; exit 0 (it is a probe: the report says what failed).
+
+--mla walks the same way for MLA (run_mla_eagle_verify_case / _cuda_graph_case): from the kit's own MLA case (its
+defaults: 4 heads, latent rank 32, no rope part, hidden 64, float16; page 16, cached (4, 7), 3 tokens, an EAGLE chain)
+to one rank of the Kimi-K2.6-shaped model at TP 8 under DFLASH (8 heads, latent rank 512, rope 64, bfloat16, cached
+(24, 13), a block of 8), whose CUDA-graph case failed at page 16 with Triton's attention. A failure names the kit's
+frame it was raised in, which says whether the graph fixture's eager leg or the replay disagreed.
 """
 
 from __future__ import annotations
@@ -37,6 +43,35 @@ LADDER: t.Tuple[t.Tuple[str, t.Dict[str, t.Any]], ...] = (
                                 "head_dim": 128, "hidden_size": 4096}),
 )
 
+MLA_SHAPE: t.Dict[str, t.Any] = {"heads": 4, "kv_lora_rank": 32, "qk_rope_head_dim": 0, "page": 16, "prefixes": (4, 7),
+                                 "news": (3, 3), "spec_kind": "eagle", "dtype": "float16"}
+KIMI_RANK: t.Dict[str, t.Any] = {"heads": 8, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "prefixes": (24, 13),
+                                 "news": (8, 8), "spec_kind": "dflash", "dtype": "bfloat16"}
+MLA_LADDER: t.Tuple[t.Tuple[str, t.Dict[str, t.Any]], ...] = (
+    ("the kit's own MLA case", {}),
+    ("DFLASH's block", {"spec_kind": "dflash"}),
+    ("8 tokens", {"news": (8, 8)}),
+    ("cached (24, 13)", {"prefixes": (24, 13)}),
+    ("8 heads", {"heads": 8}),
+    ("latent rank 512", {"kv_lora_rank": 512}),
+    ("rope 64", {"qk_rope_head_dim": 64}),
+    ("latent rank 512, rope 64", {"kv_lora_rank": 512, "qk_rope_head_dim": 64}),
+    ("bfloat16", {"dtype": "bfloat16"}),
+    ("the Kimi rank under DFLASH (kit_oracle.py's failing case)", KIMI_RANK),
+    ("the Kimi rank, an EAGLE chain of 8", dict(KIMI_RANK, spec_kind="eagle")),
+    ("the Kimi rank in float16", dict(KIMI_RANK, dtype="float16")),
+    ("the Kimi rank, latent rank 32, no rope", dict(KIMI_RANK, kv_lora_rank=32, qk_rope_head_dim=0)),
+    ("the Kimi rank, cached (4, 7), 3 tokens", dict(KIMI_RANK, prefixes=(4, 7), news=(3, 3))),
+)
+
+
+def kit_frame(exc: BaseException) -> str:
+    """The innermost frame of SGLang's test kit the exception passed through: which leg of a case failed."""
+    import traceback  # pylint: disable=import-outside-toplevel
+
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if "attention_unittest" in frame.filename]
+    return "%s:%s %s" % (frames[-1].filename.rsplit("/", 1)[-1], frames[-1].lineno, frames[-1].name) if frames else "-"
+
 
 class Probe(unittest.TestCase):
     """The TestCase the kit's runner functions assert with."""
@@ -48,8 +83,11 @@ class Probe(unittest.TestCase):
 def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--backend", default="triton")
+    parser.add_argument("--mla", action="store_true", help="walk MLA shapes (the Kimi rank) instead of dense ones")
     parser.add_argument("--dry-run", action="store_true", help="build the cases, run none (no GPU)")
     args = parser.parse_args(argv)
+    if args.mla:
+        return mla(args.backend, args.dry_run)
     # pylint: disable=import-outside-toplevel,import-error
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -75,8 +113,42 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
                 entry[what] = "passed"
             except Exception as exc:  # pylint: disable=broad-exception-caught
                 entry[what] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+                entry[what + " raised in"] = kit_frame(exc)
         report.append(entry)
     print(json.dumps({"backend": args.backend, "probes": report}, indent=1, default=str))
+    return 0
+
+
+def mla(backend: str, dry_run: bool) -> int:
+    """The MLA ladder (--mla)."""
+    # pylint: disable=import-outside-toplevel,import-error
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.test.kits.attention_unittest.attention_methods.mla_attention import MLAAttentionCase
+    from sglang.test.kits.attention_unittest.runner_modes import speculative_target_verify_runner as verify
+
+    testcase, report = Probe(), []
+    for name, change in MLA_LADDER:
+        shape = dict(MLA_SHAPE, **change)
+        case = MLAAttentionCase(name="probe", backend=backend, forward_mode=ForwardMode.TARGET_VERIFY,
+                                num_heads=shape["heads"], page_size=shape["page"], prefix_lens=shape["prefixes"],
+                                extend_lens=shape["news"])
+        kwargs = {"topk": 1, "spec_kind": shape["spec_kind"], "kv_lora_rank": shape["kv_lora_rank"],
+                  "qk_rope_head_dim": shape["qk_rope_head_dim"], "dtype": getattr(torch, shape["dtype"])}
+        entry: t.Dict[str, t.Any] = {"shape": name, "settings": shape}
+        for what, function in (("eager", verify.run_mla_eagle_verify_case),
+                               ("cuda graph", verify.run_mla_eagle_verify_cuda_graph_case)):
+            if dry_run:
+                entry[what] = "not run"
+                continue
+            try:
+                function(testcase, case, **kwargs)
+                entry[what] = "passed"
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                entry[what] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+                entry[what + " raised in"] = kit_frame(exc)
+        report.append(entry)
+    print(json.dumps({"backend": backend, "mla": True, "probes": report}, indent=1, default=str))
     return 0
 
 
