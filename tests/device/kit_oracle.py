@@ -18,7 +18,9 @@ own runner modes, with the kit's own assertions (its reference attention in floa
 - an EAGLE-family draft: draft extend (run_*_draft_extend_v2_cuda_graph_case) and the multi-step draft
   (run_*_eagle_draft_cuda_graph_runner_case).
 The kit's cases keep its own batch shapes; the model's per-rank heads, head dims, dtype and, for MLA, its latent
-rank and rope dims are the service's. No code here is shared with the role's planner.
+rank and rope dims are the service's. A service whose KV cache dtype the kit's fixture cannot hold (its dense fixture
+keeps the cache in the model's dtype: an FP8 cache) has its cases named and not run (KIT_KV_DTYPE). No code here is
+shared with the role's planner.
 
 --dry-run (no GPU: this machine, CI) does everything but run a case: it parses and resolves each service, takes its
 shapes, imports the kit, builds each case and binds it to the kit function's own signature, and prints the plan.
@@ -46,6 +48,10 @@ KIT = "sglang.test.kits.attention_unittest"
 # suites run it. At page 1 it is run and reported (nothing may be built), its comparison not counted; the page-16 run is.
 KIT_VERIFY_GRAPH_PAGE = 16
 KIT_PAGE_1 = "the kit's verify-through-CUDA-graph fixture disagrees with its own reference at page size 1 (not counted)"
+# The kit's dense fixture keeps its KV cache in the model's dtype (it has no KV cache dtype); its MLA fixture takes
+# fp8_kv_cache where a runner mode passes it on. A case that cannot hold the service's KV cache dtype is a different
+# service (its modules are not the service's: a bf16 paged prefill for an FP8-cache service): reported, not run.
+KIT_KV_DTYPE = "the kit's %s fixture cannot hold this service's KV cache dtype (%s): not run"
 
 
 class Oracle(unittest.TestCase):
@@ -118,8 +124,16 @@ def kit_case(kit: t.Any, model: t.Dict[str, t.Any], name: str, backend: str, pag
                                   num_kv_heads=model["kv_heads"], page_size=page, prefix_lens=prefixes, extend_lens=news)
 
 
-def cases(service: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Dict[str, t.Any]]]:
-    """(what, kit function, kit case, keyword arguments) for every mode of every model of the service."""
+def cases(service: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Dict[str, t.Any], t.Dict[str, t.Any]]]:
+    """(what, kit function, kit case, keyword arguments, the model) for every mode of every model of the service."""
+    found = []
+    for model in service["models"]:
+        found += [entry + (model,) for entry in model_cases(service, model)]
+    return found
+
+
+def model_cases(service: t.Dict[str, t.Any], model: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Dict[str, t.Any]]]:
+    """(what, kit function, kit case, keyword arguments) for every mode of one model of the service."""
     # pylint: disable=import-outside-toplevel,import-error
     import importlib
 
@@ -131,55 +145,56 @@ def cases(service: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, t.Any, t.Any, t.Di
     verify = importlib.import_module(KIT + ".runner_modes.speculative_target_verify_runner")
     extend = importlib.import_module(KIT + ".runner_modes.speculative_draft_extend_runner")
     drafts = importlib.import_module(KIT + ".runner_modes.speculative_draft_runner")
-    found = []
-    for model in service["models"]:
-        name = "%s %s" % ("draft" if model["draft"] else "model", os.path.basename(model["path"]))
-        case = functools.partial(kit_case, mla if model["mla"] else dense, model, name, service["backend"],
-                                 service["page_size"])
-        if model["mla"]:
-            shape = {"kv_lora_rank": model["kv_lora_rank"], "qk_rope_head_dim": model["qk_rope_head_dim"],
-                     "dtype": model["dtype"], "device": "cuda"}
-            kit = {"eager": mla.run_mla_attention_case, "graph": graphs.run_mla_cuda_graph_decode_case,
-                   "verify": verify.run_mla_eagle_verify_case, "verify graph": verify.run_mla_eagle_verify_cuda_graph_case,
-                   "draft extend": extend.run_mla_draft_extend_v2_cuda_graph_case,
-                   "draft": drafts.run_mla_eagle_draft_cuda_graph_runner_case}
-        else:
-            # the model's hidden size feeds the kit's projections, as SGLang's own tests give one with the head dim
-            shape = {"head_dim": model["head_dim"], "hidden_size": model["hidden_size"], "dtype": model["dtype"], "device": "cuda"}
-            kit = {"eager": dense.run_dense_attention_case, "graph": graphs.run_dense_cuda_graph_decode_case,
-                   "verify": verify.run_dense_spec_verify_case, "verify graph": verify.run_dense_spec_verify_cuda_graph_case,
-                   "draft extend": extend.run_dense_draft_extend_v2_cuda_graph_case,
-                   "draft": drafts.run_dense_eagle_draft_cuda_graph_runner_case}
-        found += [("%s: new prompts" % name, kit["eager"], case(mode=ForwardMode.EXTEND, prefixes=(0, 0), news=(16, 9)), shape),
-                  ("%s: prefix hits" % name, kit["eager"], case(mode=ForwardMode.EXTEND, prefixes=(16, 7), news=(8, 5)), shape),
-                  ("%s: decode" % name, kit["eager"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()), shape),
-                  ("%s: CUDA-graph decode" % name, kit["graph"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()), shape)]
-        if not service["algorithm"]:
-            continue
-        dflash = service["algorithm"].upper() == "DFLASH"
-        if not model["draft"] or dflash:
-            # the target's verify; a DFLASH draft runs its block the same way. The kit's EAGLE tree for topk > 1 has 3
-            # draft tokens; a chain (topk 1, DFLASH's block) the service's
-            tokens = 3 if service["topk"] > 1 else service["draft_tokens"]
-            kind = {"spec_kind": "dflash" if dflash else "eagle", "topk": service["topk"]}
-            verify_case = case(mode=ForwardMode.TARGET_VERIFY, prefixes=(24, 13), news=(tokens, tokens))
-            what = "draft block" if model["draft"] else "target verify"
-            found += [("%s: %s" % (name, what), kit["verify"], verify_case, dict(shape, **kind)),
-                      ("%s: %s, CUDA graph" % (name, what), kit["verify graph"], verify_case, dict(shape, **kind))]
-            if service["page_size"] == 1:
-                # the kit's verify-through-CUDA-graph fixture disagrees with its own reference at page size 1 for every
-                # backend, on its own test's shapes too (KIT_PAGE_1); its suites run it at page 16: so does this, beside
-                found.append(("%s: %s, CUDA graph, page %d" % (name, what, KIT_VERIFY_GRAPH_PAGE), kit["verify graph"],
-                              kit_case(mla if model["mla"] else dense, model, name, service["backend"], KIT_VERIFY_GRAPH_PAGE,
-                                       mode=ForwardMode.TARGET_VERIFY, prefixes=(24, 13), news=(tokens, tokens)),
-                              dict(shape, **kind)))
-        else:
-            draft_extend = getattr(ForwardMode, "DRAFT_EXTEND_V2", ForwardMode.EXTEND)
-            found += [("%s: draft extend" % name, kit["draft extend"],
-                       case(mode=draft_extend, prefixes=(24, 13), news=(service["draft_tokens"],) * 2), shape),
-                      ("%s: multi-step draft" % name, kit["draft"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()),
-                       dict(shape, topk=service["topk"], speculative_num_steps=service["steps"],
-                            speculative_num_draft_tokens=service["draft_tokens"]))]
+    found: t.List[t.Tuple[str, t.Any, t.Any, t.Dict[str, t.Any]]] = []
+    name = "%s %s" % ("draft" if model["draft"] else "model", os.path.basename(model["path"]))
+    case = functools.partial(kit_case, mla if model["mla"] else dense, model, name, service["backend"],
+                             service["page_size"])
+    if model["mla"]:
+        shape = {"kv_lora_rank": model["kv_lora_rank"], "qk_rope_head_dim": model["qk_rope_head_dim"],
+                 "dtype": model["dtype"], "device": "cuda"}
+        if model["kv"] != model["dtype"]:
+            shape["fp8_kv_cache"] = True
+        kit = {"eager": mla.run_mla_attention_case, "graph": graphs.run_mla_cuda_graph_decode_case,
+               "verify": verify.run_mla_eagle_verify_case, "verify graph": verify.run_mla_eagle_verify_cuda_graph_case,
+               "draft extend": extend.run_mla_draft_extend_v2_cuda_graph_case,
+               "draft": drafts.run_mla_eagle_draft_cuda_graph_runner_case}
+    else:
+        # the model's hidden size feeds the kit's projections, as SGLang's own tests give one with the head dim
+        shape = {"head_dim": model["head_dim"], "hidden_size": model["hidden_size"], "dtype": model["dtype"], "device": "cuda"}
+        kit = {"eager": dense.run_dense_attention_case, "graph": graphs.run_dense_cuda_graph_decode_case,
+               "verify": verify.run_dense_spec_verify_case, "verify graph": verify.run_dense_spec_verify_cuda_graph_case,
+               "draft extend": extend.run_dense_draft_extend_v2_cuda_graph_case,
+               "draft": drafts.run_dense_eagle_draft_cuda_graph_runner_case}
+    found += [("%s: new prompts" % name, kit["eager"], case(mode=ForwardMode.EXTEND, prefixes=(0, 0), news=(16, 9)), shape),
+              ("%s: prefix hits" % name, kit["eager"], case(mode=ForwardMode.EXTEND, prefixes=(16, 7), news=(8, 5)), shape),
+              ("%s: decode" % name, kit["eager"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()), shape),
+              ("%s: CUDA-graph decode" % name, kit["graph"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()), shape)]
+    if not service["algorithm"]:
+        return found
+    dflash = service["algorithm"].upper() == "DFLASH"
+    if not model["draft"] or dflash:
+        # the target's verify; a DFLASH draft runs its block the same way. The kit's EAGLE tree for topk > 1 has 3
+        # draft tokens; a chain (topk 1, DFLASH's block) the service's
+        tokens = 3 if service["topk"] > 1 else service["draft_tokens"]
+        kind = {"spec_kind": "dflash" if dflash else "eagle", "topk": service["topk"]}
+        verify_case = case(mode=ForwardMode.TARGET_VERIFY, prefixes=(24, 13), news=(tokens, tokens))
+        what = "draft block" if model["draft"] else "target verify"
+        found += [("%s: %s" % (name, what), kit["verify"], verify_case, dict(shape, **kind)),
+                  ("%s: %s, CUDA graph" % (name, what), kit["verify graph"], verify_case, dict(shape, **kind))]
+        if service["page_size"] == 1:
+            # the kit's verify-through-CUDA-graph fixture disagrees with its own reference at page size 1 for every
+            # backend, on its own test's shapes too (KIT_PAGE_1); its suites run it at page 16: so does this, beside
+            found.append(("%s: %s, CUDA graph, page %d" % (name, what, KIT_VERIFY_GRAPH_PAGE), kit["verify graph"],
+                          kit_case(mla if model["mla"] else dense, model, name, service["backend"], KIT_VERIFY_GRAPH_PAGE,
+                                   mode=ForwardMode.TARGET_VERIFY, prefixes=(24, 13), news=(tokens, tokens)),
+                          dict(shape, **kind)))
+    else:
+        draft_extend = getattr(ForwardMode, "DRAFT_EXTEND_V2", ForwardMode.EXTEND)
+        found += [("%s: draft extend" % name, kit["draft extend"],
+                   case(mode=draft_extend, prefixes=(24, 13), news=(service["draft_tokens"],) * 2), shape),
+                  ("%s: multi-step draft" % name, kit["draft"], case(mode=ForwardMode.DECODE, prefixes=(24, 13), news=()),
+                   dict(shape, topk=service["topk"], speculative_num_steps=service["steps"],
+                        speculative_num_draft_tokens=service["draft_tokens"]))]
     return found
 
 
@@ -204,7 +219,7 @@ def run(paths: t.List[str], dry_run: bool, backend: t.Optional[str] = None, only
         entry = {"config": service["config"], "backend": service["backend"], "resolved_backend": service["resolved_backend"],
                  "tp": service["tp"],
                  "algorithm": service["algorithm"] or None, "cases": []}
-        for what, function, case, given in cases(service):
+        for what, function, case, given, model in cases(service):
             if only and only not in what:
                 continue
             kwargs = dict(given, cuda_graph_capture_batch_size=capture_batch_size) if capture_batch_size else given
@@ -215,7 +230,9 @@ def run(paths: t.List[str], dry_run: bool, backend: t.Optional[str] = None, only
             call = {key: value for key, value in kwargs.items() if key in accepted}
             record["ignored"] = sorted(set(kwargs) - set(call))
             inspect.signature(function).bind(testcase, case, **call)
-            if not dry_run:
+            if model["kv"] != model["dtype"] and (not model["mla"] or "fp8_kv_cache" in record["ignored"]):
+                record["not_run"] = KIT_KV_DTYPE % ("MLA" if model["mla"] else "dense", str(model["kv"]).replace("torch.", ""))
+            elif not dry_run:
                 started, before = time.monotonic(), built_files()
                 try:
                     function(testcase, case, **call)
