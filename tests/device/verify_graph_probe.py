@@ -73,6 +73,23 @@ def kit_frame(exc: BaseException) -> str:
     return "%s:%s %s" % (frames[-1].filename.rsplit("/", 1)[-1], frames[-1].lineno, frames[-1].name) if frames else "-"
 
 
+def run_both(testcase: unittest.TestCase, case: t.Any, kwargs: t.Dict[str, t.Any], eager: t.Any, graph: t.Any, *,
+             dry_run: bool) -> t.Dict[str, str]:
+    """The kit's eager and CUDA-graph verify cases on one case: "passed", or the error and the kit frame it came from."""
+    found: t.Dict[str, str] = {}
+    for what, function in (("eager", eager), ("cuda graph", graph)):
+        if dry_run:
+            found[what] = "not run"
+            continue
+        try:
+            function(testcase, case, **kwargs)
+            found[what] = "passed"
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            found[what] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+            found[what + " raised in"] = kit_frame(exc)
+    return found
+
+
 class Probe(unittest.TestCase):
     """The TestCase the kit's runner functions assert with."""
 
@@ -102,19 +119,9 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
                                   prefix_lens=shape["prefixes"], extend_lens=shape["news"])
         kwargs = {"topk": 1, "spec_kind": "eagle", "head_dim": shape["head_dim"], "hidden_size": shape["hidden_size"],
                   "dtype": getattr(torch, shape["dtype"])}
-        entry: t.Dict[str, t.Any] = {"shape": name, "settings": shape}
-        for what, function in (("eager", verify.run_dense_spec_verify_case),
-                               ("cuda graph", verify.run_dense_spec_verify_cuda_graph_case)):
-            if args.dry_run:
-                entry[what] = "not run"
-                continue
-            try:
-                function(testcase, case, **kwargs)
-                entry[what] = "passed"
-            except Exception as exc:  # pylint: disable=broad-exception-caught
-                entry[what] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-                entry[what + " raised in"] = kit_frame(exc)
-        report.append(entry)
+        report.append(dict({"shape": name, "settings": shape}, **run_both(
+            testcase, case, kwargs, verify.run_dense_spec_verify_case, verify.run_dense_spec_verify_cuda_graph_case,
+            dry_run=args.dry_run)))
     print(json.dumps({"backend": args.backend, "probes": report}, indent=1, default=str))
     return 0
 
@@ -135,19 +142,9 @@ def mla(backend: str, dry_run: bool) -> int:
                                 extend_lens=shape["news"])
         kwargs = {"topk": 1, "spec_kind": shape["spec_kind"], "kv_lora_rank": shape["kv_lora_rank"],
                   "qk_rope_head_dim": shape["qk_rope_head_dim"], "dtype": getattr(torch, shape["dtype"])}
-        entry: t.Dict[str, t.Any] = {"shape": name, "settings": shape}
-        for what, function in (("eager", verify.run_mla_eagle_verify_case),
-                               ("cuda graph", verify.run_mla_eagle_verify_cuda_graph_case)):
-            if dry_run:
-                entry[what] = "not run"
-                continue
-            try:
-                function(testcase, case, **kwargs)
-                entry[what] = "passed"
-            except Exception as exc:  # pylint: disable=broad-exception-caught
-                entry[what] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
-                entry[what + " raised in"] = kit_frame(exc)
-        report.append(entry)
+        report.append(dict({"shape": name, "settings": shape}, **run_both(
+            testcase, case, kwargs, verify.run_mla_eagle_verify_case, verify.run_mla_eagle_verify_cuda_graph_case,
+            dry_run=dry_run)))
     print(json.dumps({"backend": backend, "mla": True, "probes": report}, indent=1, default=str))
     return 0
 
