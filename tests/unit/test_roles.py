@@ -306,3 +306,51 @@ def test_the_reads_check_finds_what_this_issue_removed(tmp_path: t.Any) -> None:
         "_x_msg: \"{{ 'cuda_env_cuda_home=' ~ f['flashinfer_arch_list'] | inferops.blackwell.flashinfer_arch_check }}\"\n")
     (tmp_path / "tasks" / "main.yml").write_text("- ansible.builtin.debug:\n    msg: x\n  when: cuda_toolkit_planned is defined\n")
     assert foreign_reads("sglang_service", str(tmp_path)) == ["cuda_env_result", "cuda_toolkit_planned"]
+
+
+# What each role manages on a node, by the names only that role's own files may write (issue 50): its paths, units and
+# packages. The converged record, rollback and drift report are built from what the roles publish (their result's
+# `managed`), so no playbook and no other role restates them.
+OWNED = {
+    "cuda_toolkit": ("/etc/apt/preferences.d/inferops-cuda", ".inferops-toolkit.json", "/etc/alternatives/cuda", "cuda-toolkit-"),
+    "flashinfer": ("site-packages/flashinfer", ".dist-info/RECORD"),
+    "jit_cache": ("inferops-warm.json",),
+    "sglang_service": ("/etc/systemd/system/", "inferops-readiness", "sglang-ar", "sglang-spec"),
+}
+
+
+def code_of(path: str) -> str:
+    """A YAML or template file without its comment lines (a comment may name what another role manages)."""
+    with open(path, encoding="utf-8") as handle:
+        return "".join(line for line in handle if not line.lstrip().startswith(("#", "{#")))
+
+
+def files_of(*bases: str) -> t.List[str]:
+    return sorted(os.path.join(root, name) for base in bases for root, _dirs, names in os.walk(base) for name in names
+                  if name.endswith((".yml", ".yaml", ".j2")))
+
+
+def owned_elsewhere(role: str, playbooks: str, roles: str) -> t.List[t.Tuple[str, str]]:
+    others = [os.path.join(roles, other) for other in sorted(os.listdir(roles)) if other != role]
+    return [(os.path.relpath(path, os.path.dirname(playbooks)), name) for path in files_of(playbooks, *others)
+            for name in OWNED[role] if name in code_of(path)]
+
+
+@pytest.mark.parametrize("role", sorted(OWNED))
+def test_what_a_role_manages_is_named_by_that_role_alone(role: str) -> None:
+    own = "".join(code_of(path) for path in files_of(os.path.join(ROOT, "roles", role)))
+    assert [name for name in OWNED[role] if name not in own] == []  # the list above is this role's
+    assert owned_elsewhere(role, os.path.join(ROOT, "playbooks"), os.path.join(ROOT, "roles")) == []
+
+
+def test_the_owned_names_check_finds_a_restated_path(tmp_path: t.Any) -> None:
+    """Not blind: the converged record as playbooks/tasks/site_provision.yml wrote it before each role published what it
+    manages is found; the same name in a comment is not."""
+    (tmp_path / "playbooks" / "tasks").mkdir(parents=True)
+    (tmp_path / "roles" / "cuda_toolkit").mkdir(parents=True)
+    (tmp_path / "playbooks" / "tasks" / "site_provision.yml").write_text(
+        "# /etc/apt/preferences.d/inferops-cuda is cuda_toolkit's\n"
+        "- inferops.blackwell.converged:\n    items:\n      - role: cuda_toolkit\n"
+        "        paths: [/etc/apt/preferences.d/inferops-cuda]\n")
+    assert owned_elsewhere("cuda_toolkit", str(tmp_path / "playbooks"), str(tmp_path / "roles")) == [
+        ("playbooks/tasks/site_provision.yml", "/etc/apt/preferences.d/inferops-cuda")]
