@@ -257,7 +257,15 @@ def flatten(groups: t.List[t.Dict[str, t.Any]]) -> t.List[t.Dict[str, t.Any]]:
         unknown = sorted(set(group) - {"role", "paths", "units", "unit_settings", "health", "debs"})
         if unknown:
             raise ValueError("an item of role %s has %s: give paths, units, unit_settings, health or debs" % (role, ", ".join(unknown)))
-        items += [{"role": role, "path": str(path)} for path in group.get("paths") or []]
+        paths = group.get("paths") or []
+        if not isinstance(paths, list):
+            raise ValueError("the paths of role %s are %s, not a list of absolute paths" % (role, type(paths).__name__))
+        relative = [str(path) for path in paths if not str(path).startswith("/")]
+        if relative:
+            # a relative name is nothing a role writes: a mistyped variable (a dict's keys given as its paths) would
+            # otherwise be recorded as 'absent' and never differ
+            raise ValueError("the paths of role %s must be absolute: %s" % (role, ", ".join(relative)))
+        items += [{"role": role, "path": str(path)} for path in paths]
         items += [{"role": role, "unit": str(unit)} for unit in group.get("units") or []]
         items += [{"role": role, "unit_setting": str(unit), "property": name}
                   for unit in group.get("unit_settings") or [] for name in UNIT_SETTINGS]

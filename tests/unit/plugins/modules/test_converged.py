@@ -186,6 +186,19 @@ def test_an_item_of_an_unknown_kind_is_refused(capsys: pytest.CaptureFixture[str
     assert not os.path.exists(node["record"])
 
 
+@pytest.mark.parametrize("paths, said", [
+    # a registered result given where the role's paths were meant: its keys would be recorded as absent files
+    ({"results": [], "skipped": True, "msg": "", "changed": False}, "the paths of role jit_cache are dict, not a list of absolute paths"),
+    (["/var/lib/x.so", "results", "msg"], "the paths of role jit_cache must be absolute: results, msg"),
+])
+def test_paths_that_no_role_writes_are_refused(capsys: pytest.CaptureFixture[str], node: t.Dict[str, t.Any], paths: t.Any,
+                                               said: str) -> None:
+    result = run_module(converged.main, capsys, {"state": "record", "path": node["record"], "key": KEY,
+                                                 "items": [{"role": "jit_cache", "paths": paths}]})
+    assert result["failed"] and said in result["msg"]
+    assert not os.path.exists(node["record"])
+
+
 def test_the_record_is_json_with_each_value(capsys: pytest.CaptureFixture[str], node: t.Dict[str, t.Any], health_url: str) -> None:
     record(capsys, node, health_url)
     with open(node["record"]) as handle:
