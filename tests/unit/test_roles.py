@@ -196,7 +196,11 @@ def role_entries(node: t.Any, loop: t.Optional[t.List[str]] = None) -> t.Iterato
     for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
         if key in node:
             name, entry = node[key]["name"], node[key].get("tasks_from", "main")
-            names = [name.replace(name[name.index("{{"):], item) for item in node["loop"]] if "{{" in name else [name]
+            loop = node.get("loop", [])
+            if isinstance(loop, str):  # a list of playbooks/vars/roles.yml, the roles' wiring
+                with open(os.path.join(ROOT, "playbooks", "vars", "roles.yml"), encoding="utf-8") as handle:
+                    loop = yaml.safe_load(handle)[loop.strip("{} ")]
+            names = [name.replace(name[name.index("{{"):], item) for item in loop] if "{{" in name else [name]
             for one in names:
                 yield one.split(".")[-1], entry
     for value in node.values():
