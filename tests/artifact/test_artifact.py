@@ -108,6 +108,19 @@ def test_installed_documentation_and_playbooks(installed: t.Dict[str, t.Any]) ->
 
 
 @pytest.mark.parametrize("playbook", ["site", "remediate"])
+def test_installed_playbooks_list_each_role_s_tags(installed: t.Dict[str, t.Any], playbook: str) -> None:
+    """--list-tags names every role's tags (the role, and each of its steps), which --tags and --skip-tags take."""
+    inventory = installed["tmp"] / "tags-inventory.ini"
+    inventory.write_text("[sglang_nodes]\nnode-1\n")
+    done = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "--list-tags", "inferops.blackwell." + playbook],
+                          env=installed["env"], cwd=str(installed["tmp"]), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = set(re.findall(r"[a-z_]+", " ".join(re.findall(r"TASK TAGS: \[([^]]*)\]", done.stdout))))
+    for role in ("cuda_toolkit", "cuda_env", "flashinfer", "jit_cache", "sglang_service"):
+        assert role in listed and any(tag.startswith(role + "_") for tag in listed), (role, sorted(listed))
+
+
+@pytest.mark.parametrize("playbook", ["site", "remediate"])
 def test_installed_playbook_refuses_an_inventory_without_its_nodes(installed: t.Dict[str, t.Any], playbook: str) -> None:
     """Against an inventory where site_hosts (remediate_hosts) matches nothing, the playbook fails with one message that
     names the variable and the inventory's groups, in check mode too, and writes nothing on the controller."""
