@@ -30,6 +30,12 @@ MANAGED_FLAGS = frozenset((
     "speculative-draft-model-path", "speculative-draft-model", "speculative-num-steps", "speculative-eagle-topk",
     "speculative-num-draft-tokens", "speculative-dflash-block-size", "base-gpu-id", "config",
 ))
+# SGLang's API keys: given only through the secrets file (API_KEY_NAME), never in a configuration file (world-readable,
+# and SGLang logs its resolved arguments at start-up)
+KEY_FLAGS = frozenset(("api-key", "admin-api-key"))
+# The secret (sglang_service_secrets) whose value becomes the services' api-key, in a configuration only their user
+# reads, made at each start (the units' ExecStartPre=)
+API_KEY_NAME = "INFEROPS_SGLANG_API_KEY"
 _FLAG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 # A model directory (absolute, safe in a unit file) or a hub id (org/name).
 _MODEL_RE = re.compile(r"/[A-Za-z0-9._+@/-]*|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -175,7 +181,10 @@ def _plan_one(name: str, settings: t.Mapping[str, t.Any], gpu_facts: t.Mapping[s
         problems.append("%s.extra_args must be a mapping of SGLang flag name to value" % var)
         extra = {}
     for flag, value in extra.items():
-        if not _FLAG_RE.fullmatch(str(flag)):
+        if str(flag).replace("_", "-") in KEY_FLAGS:
+            problems.append("%s.extra_args sets %s: a configuration file is readable by every user and SGLang logs it; give the "
+                            "key as %s in sglang_service_secrets (from Ansible Vault)" % (var, flag, API_KEY_NAME))
+        elif not _FLAG_RE.fullmatch(str(flag)):
             problems.append("%s.extra_args: %r is not an SGLang flag name (lower case, dashes, no leading --)" % (var, flag))
         elif flag in MANAGED_FLAGS or flag.replace("_", "-") in MANAGED_FLAGS:
             problems.append("%s.extra_args sets %s, which the role manages: use the role's own key for it" % (var, flag))
@@ -304,8 +313,39 @@ def sglang_port_problems(units: t.Sequence[t.Mapping[str, t.Any]], listing: str,
     return problems
 
 
+def _loopback(host: str) -> bool:
+    return host in {"localhost", "::1"} or host.startswith("127.")
+
+
+def sglang_key_problems(units: t.Sequence[t.Mapping[str, t.Any]], secrets: t.Any, listen_without_key: bool = False) -> t.List[str]:
+    """Services that would answer beyond loopback without an API key, and an API key SGLang could not use.
+
+    units: sglang_plan's; secrets: sglang_service_secrets (its API_KEY_NAME is the services' key; its value is never
+    shown); listen_without_key: sglang_service_listen_without_key, the operator's explicit opt-out.
+    """
+    secrets = secrets if isinstance(secrets, dict) else {}
+    problems = []
+    key = secrets.get(API_KEY_NAME)
+    if API_KEY_NAME in secrets and (not isinstance(key, str) or not key.strip()):
+        problems.append("sglang_service_secrets.%s is empty or not a string: give the key (a string from Ansible Vault), or "
+                        "remove it" % API_KEY_NAME)
+    elif isinstance(key, str) and key != key.strip():
+        problems.append("sglang_service_secrets.%s starts or ends with white space, which a client's 'Authorization: Bearer' "
+                        "header cannot carry: remove it" % API_KEY_NAME)
+    if API_KEY_NAME in secrets or listen_without_key:
+        return problems
+    for unit in units:
+        host = str(unit["config"].get("host") or "")
+        if not _loopback(host):
+            problems.append("%s.host=%s answers beyond loopback and no API key is set: give one as %s in "
+                            "sglang_service_secrets (from Ansible Vault), host 127.0.0.1, or sglang_service_listen_without_key: "
+                            "true to serve without a key" % (unit["variable"], host or "(all)", API_KEY_NAME))
+    return problems
+
+
 class FilterModule:
     """inferops.blackwell SGLang service filters."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
-        return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems, "sglang_health_url": sglang_health_url}
+        return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems, "sglang_health_url": sglang_health_url,
+                "sglang_key_problems": sglang_key_problems}

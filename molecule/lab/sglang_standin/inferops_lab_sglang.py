@@ -617,6 +617,9 @@ class State:
         self.name = ""
         self.engine: t.Optional[Engine] = None
         self.server: t.Optional[http.server.ThreadingHTTPServer] = None
+        # SGLang's --api-key and --admin-api-key as its own parser resolved them
+        self.api_key: t.Optional[str] = None
+        self.admin_api_key: t.Optional[str] = None
 
 
 def handler_class(state: State) -> t.Type[http.server.BaseHTTPRequestHandler]:
@@ -634,7 +637,22 @@ def handler_class(state: State) -> t.Type[http.server.BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def allowed(self, method: str) -> bool:
+            """SGLang's own decision on the request (sglang.srt.utils.auth.decide_request_auth, what its HTTP server's
+            middleware asks for each request), from its Authorization header and the keys SGLang resolved; a refusal
+            answered with SGLang's status. The stand-in's routes carry no admin marking: SGLang's NORMAL level."""
+            from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: PLC0415
+
+            decision = decide_request_auth(method=method, path=self.path.split("?")[0],
+                                           authorization_header=self.headers.get("Authorization"), api_key=state.api_key,
+                                           admin_api_key=state.admin_api_key, auth_level=AuthLevel.NORMAL)
+            if not decision.allowed:
+                self.send(decision.error_status_code, {"error": "Unauthorized"})
+            return decision.allowed
+
         def do_GET(self) -> None:
+            if not self.allowed("GET"):
+                return
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate"):
                 self.send(200 if state.ready else 503, {"status": "ok" if state.ready else "starting"})
@@ -647,6 +665,8 @@ def handler_class(state: State) -> t.Type[http.server.BaseHTTPRequestHandler]:
                 self.send(404, {"error": "not served by the lab stand-in"})
 
         def do_POST(self) -> None:
+            if not self.allowed("POST"):
+                return
             if self.path.split("?")[0] != "/generate" or not state.ready or state.engine is None:
                 self.send(404 if state.ready else 503, {"error": "POST /generate only, once ready"})
                 return
@@ -692,6 +712,14 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
         resolved = server_args.resolved_dict()
     else:  # SGLang 0.5.15 resolved the record in ServerArgs.__post_init__
         resolved = {name: getattr(server_args, name) for name in server_args.__dataclass_fields__}
+    # SGLang's logging as its processes set it up (configure_logger: SGLANG_LOGGING_CONFIG_PATH's configuration when the
+    # unit gives one), then the line SGLang's Engine logs at start-up with its module's logger: its resolved arguments.
+    # LAB SIMULATION of that line (the Engine is not started here); whether it reaches the journal is the logging
+    # configuration's decision.
+    from sglang.srt.utils.common import configure_logger  # noqa: PLC0415
+
+    configure_logger(server_args)
+    logging.getLogger("sglang.srt.entrypoints.engine").info("server_args=%s", resolved)
     import torch  # noqa: PLC0415
 
     gpus = torch.cuda.device_count()
@@ -708,6 +736,7 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     state = State()
     state.engine = engine
     state.name = resolved.get("served_model_name") or resolved.get("model_path")
+    state.api_key, state.admin_api_key = resolved.get("api_key"), resolved.get("admin_api_key")
     state.info = {key: resolved.get(key) for key in ("model_path", "served_model_name", "tp_size", "attention_backend",
                                                      "sampling_backend", "kv_cache_dtype", "speculative_algorithm")}
     state.info["sglang_version"] = getattr(sglang, "__version__", None)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.inferops.blackwell.plugins.filter import sglang
-from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_health_url, sglang_plan, sglang_port_problems
+from ansible_collections.inferops.blackwell.plugins.filter.sglang import sglang_health_url, sglang_key_problems, sglang_plan, sglang_port_problems
 
 
 def gpus(count: int, major: int, minor: int = 0) -> t.Dict[str, t.Any]:
@@ -99,6 +99,8 @@ def test_two_active_services_on_shared_gpus_are_refused_naming_the_gpus() -> Non
     ({"host": "127.0.0.1; rm -rf /"}, "sglang_service_ar.host='127.0.0.1; rm -rf /': give an IP address or a host name"),
     ({"mem_fraction_static": 1.5}, "sglang_service_ar.mem_fraction_static=1.5: give a fraction"),
     ({"tp_size": "four"}, "sglang_service_ar.tp_size='four': give a whole number"),
+    ({"extra_args": {"api-key": "k"}}, "sglang_service_ar.extra_args sets api-key: a configuration file is readable by every user"),
+    ({"extra_args": {"admin_api_key": "k"}}, "sglang_service_ar.extra_args sets admin_api_key: a configuration file"),
 ])
 def test_bad_autoregressive_settings_are_refused_naming_the_variable(ar: t.Dict[str, t.Any], message: str) -> None:
     problems = plan(ar=ar)["problems"]
@@ -234,3 +236,36 @@ def test_the_filter_names_exactly_the_argument_spec_s_keys() -> None:
     assert set(sglang.SPEC_KEYS) == set(options["sglang_service_spec"]["options"])
     with pytest.raises(AnsibleFilterError, match="the settings of sglang-ar are not a mapping"):
         sglang_plan({"sglang-ar": "demo"}, gpus(8, 12), ["sglang-ar"])  # type: ignore[dict-item]
+
+
+KEY = "INFEROPS_SGLANG_API_KEY"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "node-1.example.internal", ""])
+def test_a_service_beyond_loopback_without_a_key_is_refused_with_the_fixes(host: str) -> None:
+    units = plan(ar={"host": host})["units"]
+    problems = sglang_key_problems(units, {"HF_TOKEN": "hf_x"})
+    assert len(problems) == 1 and problems[0].startswith("sglang_service_ar.host=%s answers beyond loopback" % (host or "(all)"))
+    assert "give one as INFEROPS_SGLANG_API_KEY in sglang_service_secrets" in problems[0]
+    assert "sglang_service_listen_without_key: true" in problems[0]
+    # the key, or the operator's explicit opt-out
+    assert sglang_key_problems(units, {KEY: "s3cret-Key"}) == []
+    assert sglang_key_problems(units, {}, True) == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.1.1", "localhost", "::1"])
+def test_a_service_on_loopback_needs_no_key(host: str) -> None:
+    assert sglang_key_problems(plan(ar={"host": host})["units"], {}) == []
+
+
+@pytest.mark.parametrize("key, message", [
+    ("", "sglang_service_secrets.INFEROPS_SGLANG_API_KEY is empty or not a string"),
+    ("   ", "is empty or not a string"),
+    (None, "is empty or not a string"),
+    (12345, "is empty or not a string"),
+    (" padded-key", "starts or ends with white space"),
+])
+def test_a_key_sglang_could_not_use_is_refused_without_showing_it(key: t.Any, message: str) -> None:
+    problems = sglang_key_problems(plan(ar={"host": "0.0.0.0"})["units"], {KEY: key})
+    assert len(problems) == 1 and message in problems[0]
+    assert "padded-key" not in problems[0] and "12345" not in problems[0]
