@@ -155,10 +155,11 @@ lab-images: debs venv
 # the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
 # two nodes need once (molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
 # incident stack on SM 12.0, the current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo
-# (nine models on the current stack on SM 12.0: that pair); stack_matrix (the three other (stack, GPU family) pairs, and
+# (nine models on the current stack on SM 12.0: that pair), then example (the example inventory as shipped on three lab
+# nodes); stack_matrix (the three other (stack, GPU family) pairs, and
 # the kernel-set stack on SM 10.0 and SM 10.3), then
 # the scenarios that compile nothing.
-MOLECULE_LANES := "default" "zoo" "stack_matrix incident toolkit_apt flashinfer_strategies"
+MOLECULE_LANES := "default" "zoo example" "stack_matrix incident toolkit_apt flashinfer_strategies"
 MOLECULE_LOGS := $(BUILD)/molecule
 # The lab's nodes by stack and GPU family: default runs the incident stack (SGLang 0.5.21, FlashInfer 0.6.18) on SM 12.0
 # and the current one (SGLang 0.5.23, FlashInfer 0.7.2) on SM 10.3; zoo the current one on SM 12.0; stack_matrix the
