@@ -56,7 +56,8 @@ update-alternatives --query cuda 2>/dev/null | grep -E '^(Status|Value):'
 echo '# venv packages'
 ls /opt/sglang/venv/lib/python3*/site-packages | sort | sha256sum
 echo '# caches'
-find /var/lib/sglang -xdev \( -type f -o -type d \) -printf '%p %s %m %u\n' 2>/dev/null | sort | sha256sum
+# listed whole (not a digest), so that a change names the path that changed
+find /var/lib/sglang -xdev \( -type f -o -type d \) -printf '%p %s %m %u\n' 2>/dev/null | sort
 echo '# services'
 systemctl show sglang-ar.service sglang-spec.service -p Id,ActiveState,SubState,MainPID,NRestarts,UnitFileState,ExecMainStartTimestampMonotonic
 echo '# users'
