@@ -39,7 +39,7 @@ help:
 	@echo "make bench     a no-op site.yml and the --check drift report on 1 and BENCH_NODES (4) converged lab nodes: wall and CPU seconds"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
-	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, one node through site.yml (molecule/role)"
+	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, the role alone on its prepared lab node (molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make lab-fresh          make lab the same way (timed), then make lab-down"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300, the kernel-set stack on B200 and B300 (also in make test)"
@@ -104,14 +104,15 @@ test-suite: debs venv link
 	  } | tee $(BUILD)/test-times.txt; \
 	  exit $$rc
 
-# The per-role loop: ruff, ansible-lint on the role, every unit test (seconds), then molecule/role: one node through
-# site.yml (every role, the changed one among them), a second run that changes nothing, and a request served with the
-# compile tripwire set. Minutes on a machine whose lab compile cache holds the node's modules; make test before a merge.
+# The per-role loop: ruff, ansible-lint on the role, every unit test, then molecule/role: one node booted on the role's
+# prepared image (site.yml's provisioning steps before the role, kept as overlay layers and made once per change of what
+# they depend on: molecule/role/prepared.py), the role alone, a second run that changes nothing, the role's own verify.
+# make test before a merge.
 test-role: debs venv link
 	@test -n "$(ROLE)" && test -d roles/$(ROLE) || { echo "make test ROLE=<role>: '$(ROLE)' is not a role of this collection; one of: $(notdir $(wildcard roles/*))" >&2; exit 2; }
 	@started=$$(date +%s); echo "== make test ROLE=$(ROLE) on a $$($(LABCTL) machine-state)"; rc=0; rm -rf $(TASK_COSTS); mkdir -p $(TASK_COSTS); \
 	  { $(BIN)/ruff check . && $(BIN)/ansible-lint roles/$(ROLE) && PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest -q tests/unit && \
-	    $(LABCTL) build --stack current && $(LABCTL) mirror --apt && $(BIN)/molecule test --scenario-name role; } || rc=$$?; \
+	    $(LABCTL) build --stack current && $(LABCTL) mirror --apt && INFEROPS_ROLE=$(ROLE) $(BIN)/molecule test --scenario-name role; } || rc=$$?; \
 	  $(BIN)/python tools/task_costs.py $(TASK_COSTS) 15; echo "== make test ROLE=$(ROLE): rc $$rc in $$(( $$(date +%s) - started )) s"; exit $$rc
 
 # make test on this machine as a new one runs it: a clean clone of HEAD, a new HOME, empty lab caches (tools/test-fresh).

@@ -52,8 +52,11 @@ def main(argv: t.List[str]) -> int:
     node_up.add_argument("--address", required=True, help="address in %s" % NETWORK)
     node_up.add_argument("--stack", choices=sorted(STACKS), default="incident",
                          help="the SGLang venv: " + "; ".join("%s: %s" % (key, what) for key, (_path, what) in STACKS.items()))
+    node_up.add_argument("--layer", help="directories nodes left with `down --save`, topmost first, colon-separated: the node "
+                         "boots with them over its stack's image (a prepared image: molecule/role)")
     node_down = sub.add_parser("down", help="stop one node and remove what it made")
     node_down.add_argument("name")
+    node_down.add_argument("--save", help="keep what the node wrote (its overlay's upper directory) as DIR, for `up --layer`")
     fleet = sub.add_parser("fleet-up", help="boot every inventory host that has lab_gpu_profile")
     fleet.add_argument("--inventory", default=os.path.join(ROOT, "inventories", "lab"))
     sub.add_parser("fleet-down", help="stop every lab node, remove the bridge")
@@ -136,9 +139,9 @@ def run_command(args: argparse.Namespace) -> int:
             build_stacks(stacks)
         disk_report()
     elif args.command == "up":
-        up(args.name, args.profile, args.address, args.stack)
+        up(args.name, args.profile, args.address, args.stack, layer=args.layer)
     elif args.command == "down":
-        down(args.name)
+        down(args.name, save=args.save)
     elif args.command == "fleet-up":
         fleet_up(args.inventory)
     elif args.command == "fleet-down":

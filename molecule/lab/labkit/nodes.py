@@ -221,8 +221,12 @@ def wait_running(node: Node, address: str, timeout: float = 90.0) -> None:
     raise SystemExit("labctl: %s: no SSH on %s:22 after %d s" % (node.name, address, timeout))
 
 
-def up(name: str, profile: str, address: str, stack: str = "incident") -> None:
+def up(name: str, profile: str, address: str, stack: str = "incident", layer: t.Optional[str] = None) -> None:
     require_root()
+    layers = [os.path.abspath(path) for path in layer.split(":")] if layer else []
+    for path in layers:
+        if not os.path.isdir(path):
+            raise SystemExit("labctl: --layer %s: no such directory (one that `down --save` left)" % path)
     if not os.path.exists(os.path.join(PROFILES, profile + ".json")):
         raise SystemExit("labctl: unknown GPU profile %r; profiles: %s" % (profile, ", ".join(list_profiles())))
     if ipaddress.ip_address(address) not in NETWORK or address == GATEWAY:
@@ -235,9 +239,10 @@ def up(name: str, profile: str, address: str, stack: str = "incident") -> None:
     started = time.monotonic()
     os.makedirs(node.dir, exist_ok=True)
     with open(os.path.join(node.dir, "node.json"), "w") as handle:
-        json.dump({"name": name, "profile": profile, "address": address, "stack": stack}, handle)
+        json.dump({"name": name, "profile": profile, "address": address, "stack": stack, "layer": layer}, handle)
     if not mounts_under(node.merged):
-        mount_overlay([image, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
+        # prepared layers (what nodes of the same stack left, `down --save`; the topmost first) lie over the stack's image
+        mount_overlay(layers + [image, base], os.path.join(node.dir, "upper"), os.path.join(node.dir, "work"), node.merged)
     write_node_files(node, profile, address)
     setup_network(node, address)
     serve_mirror()
@@ -247,8 +252,9 @@ def up(name: str, profile: str, address: str, stack: str = "incident") -> None:
     log("%s is up: GPU profile %s (SIMULATED), %s, ssh root@%s -i %s" % (name, profile, STACKS[stack][1], address, ssh_key()))
 
 
-def down(name: str) -> None:
-    """Stop the node and remove every mount, namespace, link, cgroup and file it had."""
+def down(name: str, save: t.Optional[str] = None) -> None:
+    """Stop the node and remove every mount, namespace, link, cgroup and file it had; with save, what the node wrote (its
+    overlay's upper directory, whiteouts included) is moved to that directory first, for `up --layer`."""
     require_root()
     node = Node(name)
     pid = node.nspawn_pid()
@@ -263,6 +269,14 @@ def down(name: str) -> None:
             while node.started_alive():
                 time.sleep(0.2)
     unmount_all(node.dir)
+    if save is not None:
+        upper = os.path.join(node.dir, "upper")
+        if not os.path.isdir(upper):
+            raise SystemExit("labctl: down --save: %s has no overlay to save" % name)
+        shutil.rmtree(save, ignore_errors=True)
+        os.makedirs(os.path.dirname(os.path.abspath(save)), exist_ok=True)
+        shutil.move(upper, save)
+        log("%s: what it wrote is kept in %s" % (name, save))
     address = None
     if os.path.exists(os.path.join(node.dir, "node.json")):
         address = node.config()["address"]
