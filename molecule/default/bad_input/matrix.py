@@ -56,8 +56,12 @@ update-alternatives --query cuda 2>/dev/null | grep -E '^(Status|Value):'
 echo '# venv packages'
 ls /opt/sglang/venv/lib/python3*/site-packages | sort | sha256sum
 echo '# caches'
-# listed whole (not a digest), so that a change names the path that changed
-find /var/lib/sglang -xdev \( -type f -o -type d \) -printf '%p %s %m %u\n' 2>/dev/null | sort
+# listed whole (not a digest), so that a change names the path that changed. Not Ansible's own scratch directories
+# under the service user's .ansible/tmp: every module run as that user makes one there to work in (its working
+# directory, ansible.module_utils.basic's _set_cwd, where root's is not readable) and removes it at its exit; one whose
+# module did not exit normally stays behind, whichever run's module that was.
+find /var/lib/sglang -xdev -path '/var/lib/sglang/.ansible/tmp/ansible-moduletmp-*' -prune -o \( -type f -o -type d \) \
+  -printf '%p %s %m %u\n' 2>/dev/null | sort
 echo '# services'
 systemctl show sglang-ar.service sglang-spec.service -p Id,ActiveState,SubState,MainPID,NRestarts,UnitFileState,ExecMainStartTimestampMonotonic
 echo '# users'
