@@ -16,7 +16,7 @@ scenario's converge. An edit of a role makes new layers from its first step on; 
 layer is made on the spot: a node booted on the layers before it, the step converged (converge.yml), the node saved.
 
   prepared.py up --role R --node N --profile P --address A --stack S --groups G1,G2
-      boot N on R's prepared image (making the missing layers first); print the role's last step as JSON
+      boot N on R's prepared image (making the missing layers first)
 """
 
 from __future__ import annotations
@@ -94,6 +94,12 @@ def labctl(*args: str) -> None:
     subprocess.run([sys.executable, LABCTL] + list(args), check=True)
 
 
+def boot(args: argparse.Namespace, layers: t.List[str]) -> None:
+    """Boot the node over its stack's image and these layers (the first step's first; labctl takes the topmost first)."""
+    labctl("up", args.node, "--profile", args.profile, "--address", args.address, "--stack", args.stack,
+           *(["--layer", ":".join(reversed(layers))] if layers else []))
+
+
 def inventory(directory: str, node: str, address: str, groups: t.List[str]) -> str:
     """A one-node inventory with the lab's settings, as molecule writes the scenario's."""
     host = {"ansible_host": address, "ansible_user": "root", "ansible_ssh_private_key_file": KEY,
@@ -112,8 +118,7 @@ def make_layer(args: argparse.Namespace, below: t.List[str], step: t.Dict[str, s
     started = time.monotonic()
     log("making the layer of step %s (%s, tasks/%s.yml) on %d layer(s): %s" % (
         os.path.basename(dest), step["role"], step["tasks_from"], len(below), dest))
-    labctl("up", args.node, "--profile", args.profile, "--address", args.address, "--stack", args.stack,
-           *(["--layer", ":".join(reversed(below))] if below else []))
+    boot(args, below)
     saved = False
     try:
         with tempfile.TemporaryDirectory() as directory:
@@ -161,9 +166,7 @@ def up(args: argparse.Namespace) -> int:
     log("%s on %d prepared layer(s): %s" % (args.node, len(layers), ", ".join(
         "%s (%s)" % (os.path.basename(layer), step["role"] + ("" if step["tasks_from"] == "main" else ":" + step["tasks_from"]))
         for layer, step in zip(layers, chain))))
-    labctl("up", args.node, "--profile", args.profile, "--address", args.address, "--stack", args.stack,
-           *(["--layer", ":".join(reversed(layers))] if layers else []))
-    print(json.dumps({"role": args.role, "tasks_from": "main", "layers": len(layers)}))
+    boot(args, layers)
     return 0
 
 
