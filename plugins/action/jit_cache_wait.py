@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait for an asynchronous `inferops-flashinfer warm`, printing what it builds (see plugins/modules/jit_cache_wait.py)."""
+"""Wait for an asynchronous warm-up (inferops.blackwell.jit_cache_warm), printing what it builds (see plugins/modules/jit_cache_wait.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from ansible_collections.inferops.blackwell.plugins.module_utils.jit_cache_wait 
 display = Display()
 # between the job's status file and the progress file in one poll's output
 MARK = "@@inferops-jit-cache-wait@@"
+# what async_status adds to a job's result
+JOB_KEYS = frozenset(("ansible_job_id", "started", "finished", "results_file", "invocation", "erased"))
 
 
 def describe(progress: t.Mapping[str, t.Any], now: float) -> str:
@@ -114,10 +116,11 @@ class ActionModule(ActionBase):
             display.display("  %s: %s" % (host, describe(progress, time.time())))
         if not status.get("finished"):
             status = self._job(args["jid"], "status", task_vars)
-        for key in ("stdout", "stderr", "rc", "cmd", "start", "end", "delta", "msg", "failed"):
-            if key in status:
-                result[key] = status[key]
+        # the job's own result (the warm-up module's, or a command's), without async_status's bookkeeping
+        for key, value in status.items():
+            if key not in JOB_KEYS and not key.startswith("_ansible"):
+                result[key] = value
         result["finished"] = True
-        result["changed"] = False
+        result["changed"] = bool(status.get("changed"))
         self._job(args["jid"], "cleanup", task_vars)
         return result

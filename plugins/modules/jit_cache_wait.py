@@ -11,10 +11,11 @@ module: jit_cache_wait
 short_description: INTERNAL to the role jit_cache -- wait for an asynchronous JIT warm-up, printing which module it builds and for how long
 version_added: 0.2.0
 description:
-  - Polls the asynchronous job of C(inferops-flashinfer warm) (started with C(async) and C(poll=0)) and the progress
+  - Polls the asynchronous job of inferops.blackwell.jit_cache_warm (started with C(async) and C(poll=0)) and the progress
     file the warm-up keeps beside the cache, and prints one line per host when the warm-up moves to another module, and
     otherwise every O(quiet_seconds), instead of a column of retry lines.
-  - Returns the job's result (C(stdout), C(rc)) when it ends, and cleans the job's status file up.
+  - Returns the job's own result when it ends (the warm-up's RV(view), its C(changed), and C(failed) and C(msg) when it
+    failed), and cleans the job's status file up.
   - Runs as an action plugin on the controller; used by the inferops.blackwell.jit_cache role.
 author:
   - inferops maintainers (@inferops)
@@ -52,7 +53,7 @@ options:
 
 EXAMPLES = r"""
 - name: Warm the cache
-  ansible.builtin.command: /usr/local/sbin/inferops-flashinfer warm
+  inferops.blackwell.jit_cache_warm:
   async: 3600
   poll: 0
   register: warm_job
@@ -65,16 +66,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-stdout:
-  description: What the warm-up printed (its JSON report).
+view:
+  description: What the warm-up derived, built and recorded (inferops.blackwell.jit_cache_warm's RV(view)).
   returned: when the job ended
-  type: str
-  sample: '{"modules": []}'
-rc:
-  description: The warm-up's exit status.
-  returned: when the job ended
-  type: int
-  sample: 0
+  type: dict
 finished:
   description: Always true when the wait returns.
   returned: always

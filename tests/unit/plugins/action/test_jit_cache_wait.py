@@ -80,9 +80,11 @@ def test_prints_each_module_once_and_returns_the_job(monkeypatch: pytest.MonkeyP
     job = Job([{"phase": "deriving", "since": 0}, building, dict(building),
                dict(building, module="cascade", why="merge_state", index=2, done=[{"name": "sampling", "seconds": 250.0}]),
                {"phase": "done", "done": [{"name": "sampling", "seconds": 250.0}, {"name": "cascade", "seconds": 13.9}]}],
-              {"rc": 0, "stdout": '{"modules": []}', "changed": True})
+              {"view": {"modules": [{"name": "sampling", "built": True}]}, "changed": True, "ansible_job_id": "1.2",
+               "started": 1, "finished": 1, "results_file": "/var/lib/sglang/.ansible_async/1.2", "invocation": {}})
     result = action(job, monkeypatch).run(task_vars={"inventory_hostname": "node-1"})
-    assert result["rc"] == 0 and result["stdout"] == '{"modules": []}' and result["finished"] and not result["changed"]
+    # the warm-up module's own result, its changed included, without async_status's bookkeeping
+    assert result == {"view": {"modules": [{"name": "sampling", "built": True}]}, "changed": True, "finished": True}
     # the second poll on the same module prints nothing (quiet_seconds)
     assert [line.split(", ")[0] for line in printed] == [
         "  node-1: deriving the modules with SGLang's own code", "  node-1: building 1/2 sampling (top-k)",
@@ -116,11 +118,11 @@ def test_a_poll_reads_the_job_s_state_as_async_status_does(status: str, finished
     assert jit_cache_wait.read_poll(text) == (finished, {"phase": "done"})
 
 
-def test_a_failed_warm_up_returns_its_rc_for_the_task_to_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_warm_up_fails_the_task_with_its_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jit_cache_wait.display, "display", lambda message, **kw: None)
-    job = Job([], {"rc": 1, "failed": True, "msg": "non-zero return code", "stdout": '{"error": "x"}'})
+    job = Job([], {"failed": True, "msg": "no Python at /opt/sglang/venv/bin/python", "view": {"error": "x"}})
     result = action(job, monkeypatch).run(task_vars={})
-    assert result["rc"] == 1 and result["failed"] and result["msg"] == "non-zero return code"
+    assert result["failed"] and result["msg"] == "no Python at /opt/sglang/venv/bin/python" and not result["changed"]
 
 
 def test_a_warm_up_past_its_timeout_fails_with_what_it_was_doing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,22 @@ import re
 import sys
 import typing as t
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-import inferops_flashinfer as tool  # noqa: E402 -- roles/inferops/files/inferops_flashinfer.py
+import inferops_flashinfer as tool  # noqa: E402 -- plugins/module_utils/inferops_flashinfer.py
+
+sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
+import inferops_flashinfer_cli as cli  # noqa: E402 -- roles/inferops/files/inferops_flashinfer_cli.py, the command's front
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def cli_runs_this_tool(monkeypatch: t.Any) -> None:
+    """The command's front runs the logic under test (installed, it loads the file beside it)."""
+    monkeypatch.setattr(cli, "load_tool", lambda path: tool)
+
 
 CONFIG = {"venv": "/opt/sglang/venv", "env_file": "/etc/inferops/cuda.env", "expected_archs": "12.0f", "min_cuda": "12.9",
           "modules": ["sampling"]}
@@ -105,8 +115,12 @@ def test_the_venv_side_is_run_as_the_file_installed_beside_the_tool(node: t.Dict
     monkeypatch.setattr(tool.subprocess, "run", fake_run)
     tool.inner(node, "probe")
     assert argv[0] == os.path.join(node["venv"], "bin", "python")
-    assert argv[1] == os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py")
+    assert argv[1] == os.path.join(ROOT, "plugins", "module_utils", "inferops_flashinfer_venv.py")
     assert argv[2] == "probe" and json.loads(argv[3])["modules"] == ["sampling"]
+    # a module (whose payload is not a file on the node) names the installed copy
+    del argv[:]
+    tool.inner(node, "plan", script="/usr/local/lib/inferops/inferops_flashinfer_venv.py")
+    assert argv[1:3] == ["/usr/local/lib/inferops/inferops_flashinfer_venv.py", "plan"]
 
 
 def with_configs(node: t.Dict[str, t.Any], tmp_path: t.Any, **files: str) -> t.Dict[str, t.Any]:
@@ -181,9 +195,9 @@ def test_the_preflight_reports_what_is_not_warmed(node: t.Dict[str, t.Any], caps
                                      "sglang-spec.yaml: SGLang's own JIT kernels"]
     assert tool.not_warmed(GOOD) == []
     monkeypatch.setattr(tool, "load_config", lambda path: node)
-    monkeypatch.setattr(tool, "inner", lambda config, action: view)
+    monkeypatch.setattr(tool, "inner", lambda config, action, *_: view)
     monkeypatch.setattr(tool, "check", lambda config, view: [])
-    assert tool.main(["check"]) == 0
+    assert cli.main(["check"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("inferops-flashinfer check: ok: FlashInfer 0.6.18")
     assert lines[1:] == ["inferops-flashinfer check: not warmed: sglang-ar.yaml: attention trtllm_mha: not warmed",
@@ -243,8 +257,8 @@ def test_metrics_are_written_atomically_and_readable(tmp_path: t.Any, monkeypatc
     output.write_text("old\n")
     verdict = {"view": GOOD, "problems": [["modules_missing", "JIT modules not in the cache"]]}
     calls = []
-    monkeypatch.setattr(tool, "verdict_as", lambda user, config: calls.append((user, config)) or verdict)
-    assert tool.main(["metrics", "--user", "sglang", "--output", str(output)]) == 0
+    monkeypatch.setattr(cli, "verdict_as", lambda user, config, lib: calls.append((user, config)) or verdict)
+    assert cli.main(["metrics", "--user", "sglang", "--output", str(output)]) == 0
     assert calls == [("sglang", tool.CONFIG)]
     text = output.read_text()
     assert metric(text, "inferops_sglang_ready") == "0" and oct(output.stat().st_mode & 0o777) == "0o644"
@@ -256,8 +270,8 @@ def test_the_verdict_of_a_child_that_dies_is_a_cause_not_a_crash(monkeypatch: t.
     class Done:
         returncode, stdout, stderr = 1, "", "Traceback: boom"
 
-    monkeypatch.setattr(tool.subprocess, "run", lambda *args, **kwargs: Done())
-    verdict = tool.verdict_as(None, "/nonexistent.json")
+    monkeypatch.setattr(cli.subprocess, "run", lambda *args, **kwargs: Done())
+    verdict = cli.verdict_as(None, "/nonexistent.json")
     assert verdict["problems"][0][0] == "flashinfer_error" and "boom" in verdict["problems"][0][1]
 
 
@@ -266,7 +280,7 @@ def test_the_verdict_comes_from_this_program_run_again(node: t.Dict[str, t.Any],
     FlashInfer failing to start, with the fix."""
     config = tmp_path / "flashinfer.json"
     config.write_text(json.dumps(node))
-    verdict = tool.verdict_as(None, str(config))
+    verdict = cli.verdict_as(None, str(config), tool.__file__)
     assert [cause for cause, _text in verdict["problems"]] == ["flashinfer_error"]
     assert "re-run the inferops.blackwell site playbook" in verdict["problems"][0][1]
     assert verdict["view"]["error"].startswith("the venv's Python exited 0")
@@ -423,14 +437,14 @@ def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any]
                                                       capsys: pytest.CaptureFixture[str], tmp_path: t.Any) -> None:
     config = tmp_path / "flashinfer.json"
     config.write_text(json.dumps(dict(pinned, modules=["sampling"], derive=False)))
-    monkeypatch.setattr(tool, "inner", lambda config, action: GOOD)
+    monkeypatch.setattr(tool, "inner", lambda config, action, *_: GOOD)
     monkeypatch.setattr(tool, "systemd_units", lambda units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
     for name, value in tool.read_env_file(pinned["env_file"]).items():
         monkeypatch.setenv(name, value)
-    assert tool.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 0
+    assert cli.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 0
     assert "sglang-ar.service starts with the pinned environment" in capsys.readouterr().out
     monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda-12.8")
-    assert tool.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 1
+    assert cli.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 1
     err = capsys.readouterr().err
     assert "check: FAIL: sglang-ar.service: its environment differs from the pinned one" in err and DROP_IN in err
 

@@ -19,10 +19,10 @@ import tarfile
 import time
 import typing as t
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-import inferops_flashinfer as tool  # noqa: E402 -- roles/inferops/files/inferops_flashinfer.py
+import inferops_flashinfer as tool  # noqa: E402 -- plugins/module_utils/inferops_flashinfer.py
 import pytest  # noqa: E402
 
 NINJA = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The planner's plumbing (roles/inferops/files/inferops_sglang_plan.py) without SGLang: how a recorded JitSpec is kept
+"""The planner's plumbing (plugins/module_utils/inferops_sglang_plan.py) without SGLang: how a recorded JitSpec is kept
 and rebuilt, what FlashInfer gets back from a recorded build, what a constructor is offered. What SGLang's backend plans
 through it is tested on lab nodes with the real SGLang 0.5.21 and 0.5.23 (molecule default, stack_matrix, zoo)."""
 
@@ -15,10 +15,10 @@ import sys
 import types
 import typing as t
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-import inferops_sglang_plan as planner  # noqa: E402 -- roles/inferops/files/inferops_sglang_plan.py
+import inferops_sglang_plan as planner  # noqa: E402 -- plugins/module_utils/inferops_sglang_plan.py
 import pytest  # noqa: E402
 
 

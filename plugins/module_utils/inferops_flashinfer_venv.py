@@ -631,7 +631,8 @@ def view(action: str, args: t.Dict[str, t.Any], out: t.Dict[str, t.Any], handler
         out["stamp_matches"] = True
 
 
-def main(argv: t.List[str]) -> int:
+def main(argv: t.List[str], result: t.TextIO) -> int:
+    """One action (argv: ACTION REQUEST); its result written to result as one MARKER line, the caller's to read."""
     action, args = argv[0], json.loads(argv[1])
     captured = io.StringIO()
     handler = logging.StreamHandler(captured)
@@ -647,9 +648,9 @@ def main(argv: t.List[str]) -> int:
         out["error"] = "%s: %s" % (type(exc).__name__, exc)
     if action != "parse":
         out["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
-    print(MARKER + json.dumps(out))
+    result.write(MARKER + json.dumps(out) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:], sys.stdout))

@@ -1,58 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""inferops-flashinfer: FlashInfer on this node, exactly as the SGLang services see it.
+"""The node tool's logic: FlashInfer on this node, exactly as the SGLang services see it.
 
-Installed by inferops.blackwell.flashinfer as /usr/local/sbin/inferops-flashinfer.
-Every subcommand runs the SGLang venv's Python in the one environment file the
-services load (cuda_env), and nothing else of the caller's environment, so what it
-reports is what a service would get.
-
-  probe   print FlashInfer's view as JSON: version, resolved arch set, the CUDA
-          version and CUDA_HOME it detects, the JIT workspace, each module's state
-  warm    derive the JIT modules the SGLang services will ask for -- from their
-          --config files (sglang_config_dir), by SGLang's own parser, resolution
-          (backends, KV cache dtype) and ModelConfig, named by FlashInfer's own spec
-          functions -- add the configured ones (modules), and compile those not in
-          the cache (compile only: no GPU needed); clear stale lock files and
-          half-built modules first; rebuild everything when the toolkit changed
-          since the last warm-up; record what was derived from which file contents
-  plan    what warm would do: the derived and configured modules and their
-          state, the node's fingerprint, and what check would say, as JSON;
-          builds nothing
-  parse   SGLang's own parser and resolution of the configurations (with
-          --sglang-config, candidate files): the backends it picks, or its
-          refusal; exit 1 on a refusal
-  check   the preflight (ExecStartPre=): in seconds, exit 0 when nvcc at CUDA_HOME
-          satisfies the GPUs, the arch set matches them, every module is cached
-          and was derived from the services' configurations as they are now;
-          otherwise exit 1 with the cause and the fix. --unit NAME (a unit's
-          ExecStartPre=, %n): the environment systemd gave it (drop-ins
-          included) must hold every pinned value; --units: the same for each
-          enabled or running SGLang unit, seen from outside it
-  metrics (--output FILE [--user NAME]) the check's verdict as node_exporter
-          textfile metrics, written atomically (ready, each cause, modules
-          cached vs expected, versions, archs), the units' environment
-          included (as check --units); run as root, the check itself runs as
-          NAME (the services' user); exit 0 whatever the verdict
-
-  export  (--output FILE) pack the compiled modules of this node's plan, their
-          generated sources, ninja's records and the warm-up record, with a
-          manifest (the fingerprint: FlashInfer, SGLang, archs, nvcc, CUDA_HOME,
-          workspace, module names; each file's sha256), for the build store
-  import  (--archive FILE --sha256 HEX) put a store artifact in place after
-          checking it: its checksum, its fingerprint against this node's, each
-          file against the manifest, then ninja's own dry run (nothing to
-          rebuild); exit 3 when refused (nothing of it is left in the cache)
-
-Configuration: /etc/inferops/flashinfer.json (written by the roles).
-Runs on the node's own python3, standard library only; what must run in the SGLang venv's Python (FlashInfer's and
-SGLang's own code) is inferops_flashinfer_venv.py, installed beside this file.
+Every action runs the SGLang venv's Python in the one environment file the services load (cuda_env), and nothing else of
+the caller's environment, so what it reports is what a service would get. Used by the collection's modules
+(flashinfer_view, flashinfer_verdict, jit_cache_warm, jit_cache_artifact), and installed on the node by
+inferops.blackwell.inferops beside its command's front (inferops_flashinfer_cli.py: the units' ExecStartPre=, the
+readiness timer, an operator at a shell). Runs on the node's own python3, standard library only; what must run in the
+SGLang venv's Python (FlashInfer's and SGLang's own code) is inferops_flashinfer_venv.py, installed beside this file and
+run as a separate process.
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import io
@@ -69,7 +30,10 @@ import time
 import typing as t
 
 sys.dont_write_bytecode = True  # nothing written beside the installed files when they are imported
-import inferops_flashinfer_venv as venv_side  # noqa: E402 -- installed beside this file; standard library at import
+try:  # in a module's payload (the collection's module_utils)
+    from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer_venv as venv_side
+except ImportError:  # installed on the node, beside this file (the command, the units' ExecStartPre=, the readiness timer)
+    import inferops_flashinfer_venv as venv_side  # type: ignore[no-redef]
 
 CONFIG = "/etc/inferops/flashinfer.json"
 # the venv side's result line and its warm-up record: written once, there
@@ -77,16 +41,24 @@ MARKER = venv_side.MARKER
 STAMP = venv_side.STAMP
 
 
-def load_config(path: str) -> t.Dict[str, t.Any]:
+def read_config(path: str) -> t.Dict[str, t.Any]:
+    """The tool's configuration (written by the flashinfer role); ValueError says why it cannot be read."""
     try:
         with open(path) as handle:
             config = json.load(handle)
     except (OSError, ValueError) as exc:
-        raise SystemExit("inferops-flashinfer: cannot read %s (%s): run the inferops.blackwell roles first" % (path, exc)) from None
+        raise ValueError("inferops-flashinfer: cannot read %s (%s): run the inferops.blackwell roles first" % (path, exc)) from None
     config.setdefault("modules", [])
     config.setdefault("derive", True)
     config.setdefault("sglang_config_dir", "/etc/inferops/sglang")
     return config
+
+
+def load_config(path: str) -> t.Dict[str, t.Any]:
+    try:
+        return read_config(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def sglang_configs(config: t.Dict[str, t.Any]) -> t.List[str]:
@@ -118,26 +90,35 @@ def read_env_file(path: str) -> t.Dict[str, str]:
     return env
 
 
-def service_env(config: t.Dict[str, t.Any], pinned: t.Optional[t.Dict[str, str]] = None) -> t.Dict[str, str]:
-    """What a unit with EnvironmentFile= gets: the file (pinned: as already read), plus HOME/USER/LANG of the running user."""
+def service_env(config: t.Dict[str, t.Any], pinned: t.Optional[t.Dict[str, str]] = None,
+                max_jobs: t.Optional[str] = None) -> t.Dict[str, str]:
+    """What a unit with EnvironmentFile= gets: the file (pinned: as already read), plus HOME/USER/LANG of the running user;
+    max_jobs: the compile parallelism the caller asks for (jit_cache), unless the environment file sets MAX_JOBS itself."""
     user = pwd.getpwuid(os.getuid())
     env = {"HOME": user.pw_dir, "USER": user.pw_name, "LANG": "C.UTF-8", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     env.update(read_env_file(config["env_file"]) if pinned is None else pinned)
-    if os.environ.get("INFEROPS_MAX_JOBS"):
-        # Compile parallelism from the caller (jit_cache), unless the environment file sets MAX_JOBS itself.
-        env.setdefault("MAX_JOBS", os.environ["INFEROPS_MAX_JOBS"])
+    if max_jobs:
+        env.setdefault("MAX_JOBS", max_jobs)
     return env
 
 
-def inner(config: t.Dict[str, t.Any], action: str) -> t.Dict[str, t.Any]:
+# the half that runs in the SGLang venv's Python, as installed beside this file on the node
+VENV_SIDE = "inferops_flashinfer_venv.py"
+
+
+def inner(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
+          max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+    """Run the venv side (script: its installed file, by default beside this one) for action, in the services'
+    environment; its result, or {"error": ...}."""
     python = os.path.join(config["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
         return {"error": "no Python at %s: check the SGLang venv path (inferops_sglang_venv)" % python}
     request = {"modules": config["modules"], "derive": bool(config.get("derive", True)),
                "sglang_configs": config.get("sglang_config_files") or sglang_configs(config), "cubins": bool(config.get("cubins"))}
     pinned = read_env_file(config["env_file"])
-    done = subprocess.run([python, os.path.abspath(venv_side.__file__), action, json.dumps(request)],
-                          env=service_env(config, pinned), capture_output=True, text=True, check=False)
+    script = script or os.path.join(os.path.dirname(os.path.abspath(__file__)), VENV_SIDE)
+    done = subprocess.run([python, script, action, json.dumps(request)],
+                          env=service_env(config, pinned, max_jobs), capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(MARKER):
             # the environment file as the services load it: the roles read it from here (the file's one parser)
@@ -499,24 +480,6 @@ def write_atomically(path: str, text: str) -> None:
             os.unlink(temporary)
 
 
-def verdict_as(user: t.Optional[str], config_path: str) -> t.Dict[str, t.Any]:
-    """The preflight's view and causes, computed as the services' user (what their ExecStartPre= sees): this program
-    run again as that user, so that nothing FlashInfer touches in the user's cache becomes root's."""
-    command = [sys.executable, os.path.abspath(__file__), "--config", config_path, "verdict"]
-    if user and os.geteuid() == 0:
-        account = pwd.getpwnam(user)
-        done = subprocess.run(command, user=account.pw_uid, group=account.pw_gid, extra_groups=os.getgrouplist(user, account.pw_gid),
-                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, cwd="/",
-                              capture_output=True, text=True, check=False)
-    else:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        output = (done.stderr or done.stdout).strip()[-500:]
-        return {"view": {}, "problems": [["flashinfer_error", "the preflight exited %d: %s" % (done.returncode, output)]]}
-
-
 # The build store (jit_cache): one node per fingerprint compiles, the others import its build. An artifact is a gzip'd
 # tar of manifest.json (the fingerprint, sha256 and size of every file) and, relative to FlashInfer's workspace, each
 # module's build directory (cached_ops/<uri>/: objects, library, build.ninja, ninja's logs), its generated sources
@@ -684,104 +647,84 @@ class WarmLock:
             self.handle.close()
 
 
-def main(argv: t.Optional[t.List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="inferops-flashinfer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=CONFIG)
-    parser.add_argument("--sglang-config", action="append", default=[], metavar="FILE",
-                        help="plan, parse: these SGLang configurations instead of sglang_config_dir's")
-    parser.add_argument("--output", metavar="FILE", help="export: where the artifact is written")
-    parser.add_argument("--archive", metavar="FILE", help="import: the artifact from the store")
-    parser.add_argument("--sha256", metavar="HEX", help="import: its checksum as the store lists it")
-    parser.add_argument("--user", metavar="NAME", help="metrics: the services' user, whom the preflight runs as")
-    parser.add_argument("--unit", metavar="NAME", help="check: run as NAME's ExecStartPre= (%%n): the environment systemd "
-                        "gave this process must hold the pinned values")
-    parser.add_argument("--units", action="store_true", help="check: also the environment each enabled or running SGLang "
-                        "unit runs with, or would start with")
-    parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import", "metrics", "verdict"))
-    args = parser.parse_args(argv)
-    if args.command == "metrics":
-        if not args.output:
-            parser.error("metrics needs --output")
-        started = time.monotonic()
-        verdict = verdict_as(args.user, args.config)
-        problems = [(str(cause), str(text)) for cause, text in verdict["problems"]]
-        write_atomically(args.output, render_metrics(verdict["view"], problems, time.time(), time.monotonic() - started))
-        for _cause, text in problems:
-            print("inferops-flashinfer metrics: not ready: " + text)
-        print("inferops-flashinfer metrics: %s written to %s" % ("not ready" if problems else "ready", args.output))
-        return 0
-    config = load_config(args.config)
-    if args.command == "verdict":
-        view = inner(config, "probe")
-        print(json.dumps({"view": view, "problems": diagnose(config, view) + units_environment_problems(config)},
-                         sort_keys=True))
-        return 0
-    if (args.unit or args.units) and args.command != "check":
-        parser.error("--unit and --units go with check only")
-    if args.command in ("export", "import"):
-        if (args.command == "export" and not args.output) or (args.command == "import" and not (args.archive and args.sha256)):
-            parser.error("export needs --output; import needs --archive and --sha256")
-        view = inner(config, "plan")
-        try:
-            if view.get("error"):
-                raise ValueError("FlashInfer cannot start in the services' environment: %s" % view["error"])
-            if args.command == "export":
-                result = export_artifact(view, args.output)
-            else:
-                with WarmLock(read_env_file(config["env_file"]).get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir):
-                    result = import_artifact(config, view, args.archive, args.sha256)
-        except (ValueError, OSError) as exc:
-            print(json.dumps({"error": str(exc), "fingerprint": view.get("fingerprint")}, sort_keys=True))
-            return 3 if args.command == "import" else 1
-        print(json.dumps(result, sort_keys=True))
-        return 0
-    if args.sglang_config:
-        if args.command not in ("plan", "parse"):
-            parser.error("--sglang-config goes with plan and parse only")
-        config["sglang_config_files"] = [os.path.abspath(path) for path in args.sglang_config]
-    if args.command in ("probe", "plan", "parse"):
-        view = inner(config, args.command)
-        if args.command == "plan" and not args.sglang_config:
-            # What the preflight would say of the node as it is (meaningful when the plan has nothing to do: then the
-            # derivation in view is the one recorded at the warm-up), so that a no-op run needs no second FlashInfer start.
-            view["problems"] = check(config, view)
-        print(json.dumps(view, indent=2, sort_keys=True))
-        return 1 if args.command in ("plan", "parse") and view.get("error") else 0
-    if args.command == "warm":
-        env = read_env_file(config["env_file"])
-        base = env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
-        for name in ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"):
-            # SGLang's own caches (its JIT kernels, and Triton's and the driver's under SGLANG_CACHE_DIR): made here, by
-            # the service user, so that a wiped cache is back before a service starts.
-            if env.get(name):
-                os.makedirs(env[name], mode=0o755, exist_ok=True)
-        with WarmLock(base):
-            view = inner(config, "warm")
-        print(json.dumps(view, indent=2, sort_keys=True))
-        return 1 if view.get("error") else 0
-    view = inner(config, "probe")
+# What the modules (inferops.blackwell.flashinfer_view, flashinfer_verdict, jit_cache_warm, jit_cache_artifact) and the
+# command below call: each returns what it found, the command prints it.
+def view_of(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
+            sglang_config_files: t.Optional[t.List[str]] = None) -> t.Dict[str, t.Any]:
+    """probe, plan or parse (read only). sglang_config_files: candidate configurations instead of sglang_config_dir's
+    (plan, parse). A plan of the services' own configurations also says what the preflight would say of the node as it
+    is (its problems: meaningful when the plan has nothing to do, the derivation then being the recorded one), so that a
+    no-op run needs no second FlashInfer start."""
+    if action not in ("probe", "plan", "parse"):
+        raise ValueError("view_of: probe, plan or parse, not %r" % action)
+    if sglang_config_files:
+        config = dict(config, sglang_config_files=[os.path.abspath(path) for path in sglang_config_files])
+    view = inner(config, action, script)
+    if action == "plan" and not sglang_config_files:
+        view["problems"] = check(config, view)
+    return view
+
+
+def warm(config: t.Dict[str, t.Any], script: t.Optional[str] = None, max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+    """Build what the cache lacks and record the derivation (one warm-up per node at a time); the venv side's report."""
+    env = read_env_file(config["env_file"])
+    base = env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
+    for name in ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"):
+        # SGLang's own caches (its JIT kernels, and Triton's and the driver's under SGLANG_CACHE_DIR): made here, by
+        # the service user, so that a wiped cache is back before a service starts.
+        if env.get(name):
+            os.makedirs(env[name], mode=0o755, exist_ok=True)
+    with WarmLock(base):
+        return inner(config, "warm", script, max_jobs)
+
+
+def verdict(config: t.Dict[str, t.Any], script: t.Optional[str] = None, unit: t.Optional[str] = None,
+            unit_env: t.Optional[t.Dict[str, str]] = None, units: bool = False) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+    """The preflight: FlashInfer's view and the causes (each with its fix) that would stop a service; none when it
+    would start. unit (with unit_env, the environment systemd gave it): that unit's environment must hold every pinned
+    value; units: the same for each enabled or running SGLang unit, seen from outside it."""
+    view = inner(config, "probe", script)
     problems = check(config, view)
-    if args.unit:
-        problems += [text for _cause, text in environment_problems(config, args.unit, dict(os.environ), "starts with")]
-    if args.units:
+    if unit:
+        problems += [text for _cause, text in environment_problems(config, unit, dict(unit_env or {}), "starts with")]
+    if units:
         problems += [text for _cause, text in units_environment_problems(config)]
-    if problems:
-        for problem in problems:
-            print("inferops-flashinfer check: FAIL: " + problem, file=sys.stderr)
-        return 1
-    print("inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s%s" % (
-        view.get("flashinfer_version"), " ".join(view["archs"]), view.get("cuda_version"), view.get("cuda_home"),
+    return view, problems
+
+
+def verdict_lines(view: t.Dict[str, t.Any], unit: t.Optional[str] = None) -> t.List[str]:
+    """What a passing preflight says: FlashInfer's release, archs, toolkit and cache, the kernel set, and what the
+    recorded derivation says the services will still build or fetch at run time."""
+    lines = ["inferops-flashinfer check: ok: FlashInfer %s, archs %s, CUDA %s at %s, %d module(s) cached in %s%s" % (
+        view.get("flashinfer_version"), " ".join(view.get("archs") or []), view.get("cuda_version"), view.get("cuda_home"),
         len(view.get("modules", [])), view.get("workspace"),
-        "; %s starts with the pinned environment" % args.unit if args.unit else ""))
+        "; %s starts with the pinned environment" % unit if unit else "")]
     cubins = view.get("trtllm_cubins") or {}
     if cubins.get("verified"):
-        print("inferops-flashinfer check: ok: FlashInfer's trtllm-gen kernel set %s from %s at %s, %d files as its "
-              "checksums.txt lists%s" % (cubins.get("set"), cubins.get("source"), cubins.get("dir"), cubins.get("files", 0),
-                                         "" if cubins.get("used") else " (no service's attention reads it)"))
-    for note in not_warmed(view):
-        print("inferops-flashinfer check: not warmed: " + note)
-    return 0
+        lines.append("inferops-flashinfer check: ok: FlashInfer's trtllm-gen kernel set %s from %s at %s, %d files as its "
+                     "checksums.txt lists%s" % (cubins.get("set"), cubins.get("source"), cubins.get("dir"), cubins.get("files", 0),
+                                                "" if cubins.get("used") else " (no service's attention reads it)"))
+    lines.extend("inferops-flashinfer check: not warmed: " + note for note in not_warmed(view))
+    return lines
+
+
+def artifact(config: t.Dict[str, t.Any], action: str, path: str, sha256: t.Optional[str] = None,
+             script: t.Optional[str] = None) -> t.Tuple[bool, t.Dict[str, t.Any]]:
+    """The build store's two ends: export (pack this node's build into path) or import (check the artifact at path,
+    whose store checksum is sha256, and put it in place). (True, what was done) or (False, {error, fingerprint}): a
+    refused import leaves nothing of it in the cache."""
+    if action not in ("export", "import") or (action == "import" and not sha256):
+        raise ValueError("artifact: export, or import with the store's sha256")
+    view = inner(config, "plan", script)
+    try:
+        if view.get("error"):
+            raise ValueError("FlashInfer cannot start in the services' environment: %s" % view["error"])
+        if action == "export":
+            return True, export_artifact(view, path)
+        with WarmLock(read_env_file(config["env_file"]).get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir):
+            return True, import_artifact(config, view, path, str(sha256))
+    except (ValueError, OSError) as exc:
+        return False, {"error": str(exc), "fingerprint": view.get("fingerprint")}
 
 
 def not_warmed(view: t.Dict[str, t.Any]) -> t.List[str]:
@@ -795,7 +738,3 @@ def not_warmed(view: t.Dict[str, t.Any]) -> t.List[str]:
             if line not in notes:
                 notes.append(line)
     return notes
-
-
-if __name__ == "__main__":
-    sys.exit(main())

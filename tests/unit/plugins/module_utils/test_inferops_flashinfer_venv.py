@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The venv side of the node tool (roles/inferops/files/inferops_flashinfer_venv.py): what it decides without FlashInfer,
+"""The venv side of the node tool (plugins/module_utils/inferops_flashinfer_venv.py): what it decides without FlashInfer,
 SGLang or torch (module names, reuse of a derivation, ninja's verdict, stale locks, its result line). What FlashInfer and
 SGLang decide through it is tested on lab nodes with their real code (molecule) and on the H200 (tests/device)."""
 
@@ -15,10 +15,10 @@ import sys
 import types
 import typing as t
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-import inferops_flashinfer_venv as side  # noqa: E402 -- roles/inferops/files/inferops_flashinfer_venv.py
+import inferops_flashinfer_venv as side  # noqa: E402 -- plugins/module_utils/inferops_flashinfer_venv.py
 import pytest  # noqa: E402
 
 
@@ -163,12 +163,15 @@ def test_progress_is_written_whole_for_a_warm_up_only(tmp_path: t.Any) -> None:
     side.Progress(None)("building")  # a plan or a probe writes nothing
 
 
-def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(
-        capsys: pytest.CaptureFixture[str], tmp_path: t.Any) -> None:
+def test_the_result_is_one_line_after_the_marker_even_when_sglang_is_missing(tmp_path: t.Any) -> None:
     config = tmp_path / "sglang-ar.yaml"
     config.write_text("model-path: /models/demo\n")
-    assert side.main(["parse", json.dumps({"sglang_configs": [str(config)], "modules": [], "derive": True})]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
+    # run as the module runs it: the venv's Python with the file as its script
+    done = subprocess.run([sys.executable, side.__file__, "parse", json.dumps({"sglang_configs": [str(config)], "modules": [],
+                                                                               "derive": True})],
+                          capture_output=True, text=True, check=False, cwd=str(tmp_path))
+    assert done.returncode == 0
+    last = done.stdout.splitlines()[-1]
     assert last.startswith(side.MARKER)
     result = json.loads(last[len(side.MARKER):])
     assert result["parsed"] == {} and "sglang" in result["error"]
