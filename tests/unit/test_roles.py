@@ -7,6 +7,7 @@ the shipped ansible.cfg files."""
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 import sys
@@ -172,9 +173,9 @@ def tags_in(node: t.Any) -> t.Iterator[str]:
 
 @pytest.mark.parametrize("role", sorted(os.listdir(os.path.join(ROOT, "roles"))))
 def test_task_tags_carry_the_role_name(role: str) -> None:
-    """Every tag a role's tasks set is `always`, the role's name or `<role>_<step>`, so `--tags <role>_preflight` and the
-    like select that role's step (a tag once took a variable's name in a rename, and `--tags sglang_service_preflight`
-    selected nothing)."""
+    """Every tag a role's tasks set is `always`, the role's name or `<role>_<step>`, so `--tags <role>_prerequisites` and
+    the like select that role's step (a tag once took a variable's name in a rename, and a `--tags` of it selected
+    nothing)."""
     tasks = os.path.join(ROOT, "roles", role, "tasks")
     tags = set()
     for name in os.listdir(tasks):
@@ -184,9 +185,23 @@ def test_task_tags_carry_the_role_name(role: str) -> None:
     assert sorted(tag for tag in tags if tag not in ("always", role) and not tag.startswith(role + "_")) == []
 
 
-def role_entries(node: t.Any, loop: t.Optional[t.List[str]] = None) -> t.Iterator[t.Tuple[str, str]]:
-    """(role, entry point) of every include_role / import_role under node; a role named by its loop variable (site.yml's
-    `inferops.blackwell.{{ _site_role }}`) stands for each item of the task's loop."""
+def wiring(name: str) -> t.Any:
+    """A variable of playbooks/vars/roles.yml (the roles' wiring) as Ansible templates it."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    with open(os.path.join(ROOT, "playbooks", "vars", "roles.yml"), encoding="utf-8") as handle:
+        wired = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in yaml.safe_load(handle).items()}
+    return Templar(loader=DataLoader(), variables=wired).template(wired[name])
+
+
+def role_entries(node: t.Any) -> t.Iterator[t.Tuple[str, str]]:
+    """(role, entry point) of every include_role / import_role under node; a role or entry point named by the loop
+    variable (site_checks.yml's `inferops.blackwell.{{ _site_check[0] }}`) stands for each item of the task's loop, a
+    list of playbooks/vars/roles.yml."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
     if isinstance(node, list):
         for item in node:
             yield from role_entries(item)
@@ -197,14 +212,25 @@ def role_entries(node: t.Any, loop: t.Optional[t.List[str]] = None) -> t.Iterato
         if key in node:
             name, entry = node[key]["name"], node[key].get("tasks_from", "main")
             loop = node.get("loop", [])
-            if isinstance(loop, str):  # a list of playbooks/vars/roles.yml, the roles' wiring
-                with open(os.path.join(ROOT, "playbooks", "vars", "roles.yml"), encoding="utf-8") as handle:
-                    loop = yaml.safe_load(handle)[loop.strip("{} ")]
-            names = [name.replace(name[name.index("{{"):], item) for item in loop] if "{{" in name else [name]
-            for one in names:
-                yield one.split(".")[-1], entry
+            if isinstance(loop, str):
+                loop = wiring(loop.strip("{} "))
+            loop_var = node.get("loop_control", {}).get("loop_var", "item")
+            for item in loop if "{{" in name + entry else [None]:
+                templar = Templar(loader=DataLoader(), variables={loop_var: item})
+                one, step = (templar.template(trust_as_template(text)) for text in (name, entry))
+                yield one.split(".")[-1], step
     for value in node.values():
         yield from role_entries(value)
+
+
+def test_the_checks_run_each_role_s_validate_then_its_plan_in_the_roles_order() -> None:
+    """playbooks/tasks/site_checks.yml's loop: a role's plan right after its own check, before the next role's check
+    (cuda_env's check reads cuda_toolkit's plan)."""
+    roles, planned = wiring("_site_roles"), wiring("_site_planned_roles")
+    assert wiring("_site_checks") == [[role, entry] for role in roles for entry in ("validate", "plan")
+                                      if entry == "validate" or role in planned]
+    for role in planned:
+        assert os.path.exists(os.path.join(ROOT, "roles", role, "tasks", "plan.yml")), role
 
 
 def test_every_entry_point_a_play_or_role_uses_has_the_role_s_argument_spec() -> None:
@@ -217,7 +243,8 @@ def test_every_entry_point_a_play_or_role_uses_has_the_role_s_argument_spec() ->
         with open(path) as handle:
             entries.update(role_entries(yaml.safe_load(handle)))
     assert {("sglang_service", "configure"), ("sglang_service", "start"), ("sglang_service", "diagnose"),
-            ("cuda_toolkit", "validate"), ("inferops", "validate"), ("jit_cache", "main")} <= entries
+            ("cuda_toolkit", "validate"), ("inferops", "validate"), ("cuda_toolkit", "plan"), ("sglang_service", "plan"),
+            ("cuda_env", "probe"), ("jit_cache", "main")} <= entries
     for role, entry in sorted(entries):
         specs = role_docs.load(role, "meta/argument_specs.yml")["argument_specs"]
         assert entry in specs, (role, entry)
@@ -358,3 +385,31 @@ def test_the_owned_names_check_finds_a_restated_path(tmp_path: t.Any) -> None:
         "        paths: [/etc/apt/preferences.d/inferops-cuda]\n")
     assert owned_elsewhere("cuda_toolkit", str(tmp_path / "playbooks"), str(tmp_path / "roles")) == [
         ("playbooks/tasks/site_provision.yml", "/etc/apt/preferences.d/inferops-cuda")]
+
+
+def tasks_of(node: t.Any) -> t.Iterator[t.Dict[str, t.Any]]:
+    """Every task under node, those in blocks, rescues and always included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from tasks_of(item)
+    elif isinstance(node, dict):
+        if "block" in node:
+            for key in ("block", "rescue", "always"):
+                yield from tasks_of(node.get(key) or [])
+        else:
+            yield node
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(os.path.join(ROOT, "roles"))))
+def test_a_role_s_input_check_publishes_nothing_and_no_task_runs_the_node_tool_s_command(role: str) -> None:
+    """validate.yml is pure (what a role plans is its plan.yml); the node tool's logic is reached through the
+    collection's modules, never by running its command and parsing what it printed."""
+    tasks = os.path.join(ROOT, "roles", role, "tasks")
+    for name in sorted(os.listdir(tasks)):
+        with open(os.path.join(tasks, name)) as handle:
+            found = list(tasks_of(yaml.safe_load(handle)))
+        if name == "validate.yml":
+            assert [task["name"] for task in found if "ansible.builtin.set_fact" in task] == [], name
+        for task in found:
+            for module in ("ansible.builtin.command", "ansible.builtin.shell"):
+                assert "inferops_tool" not in json.dumps(task.get(module, "")), (name, task["name"])

@@ -229,7 +229,6 @@ def test_the_spec_refuses_a_wrong_type_or_choice_naming_the_variable(change: t.D
     ("cuda_toolkit", {"cuda_toolkit_method": "yum"}, "cuda_toolkit_method must be one of: apt, pip"),
     ("cuda_toolkit", {"cuda_toolkit_apt_hold": "maybe"}, "argument 'cuda_toolkit_apt_hold' is of type str and we were unable to convert to bool"),
     ("cuda_env", {"cuda_env_ld_library_path": "maybe"}, "cuda_env_ld_library_path"),
-    ("inferops", {"inferops_check_inputs": "maybe"}, "inferops_check_inputs"),
 ])
 def test_the_choices_and_booleans_the_checks_left_to_the_spec(role: str, change: t.Dict[str, t.Any], expected: str) -> None:
     options, defaults = spec_and_defaults(role)
