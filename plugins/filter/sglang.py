@@ -343,9 +343,23 @@ def sglang_key_problems(units: t.Sequence[t.Mapping[str, t.Any]], secrets: t.Any
     return problems
 
 
+def sglang_service_paths(names: t.Any, files: t.Any) -> t.List[str]:
+    """Each service's own files on the node: every file's path (a pattern, %s the service's name) for every service, in
+    the services' order."""
+    if not isinstance(names, (list, tuple)) or not isinstance(files, (list, tuple)):
+        raise AnsibleFilterError("sglang_service_paths: a list of service names and a list of files, got %r and %r" % (names, files))
+    paths = []
+    for name in names:
+        for entry in files:
+            if not isinstance(entry, dict) or "%s" not in str(entry.get("path", "")):
+                raise AnsibleFilterError("sglang_service_paths: each file needs a path with %%s for the service's name, got %r" % (entry,))
+            paths.append(str(entry["path"]) % str(name))
+    return paths
+
+
 class FilterModule:
     """inferops.blackwell SGLang service filters."""
 
     def filters(self) -> t.Dict[str, t.Callable[..., t.Any]]:
         return {"sglang_plan": sglang_plan, "sglang_port_problems": sglang_port_problems, "sglang_health_url": sglang_health_url,
-                "sglang_key_problems": sglang_key_problems}
+                "sglang_key_problems": sglang_key_problems, "sglang_service_paths": sglang_service_paths}

@@ -269,3 +269,16 @@ def test_a_key_sglang_could_not_use_is_refused_without_showing_it(key: t.Any, me
     problems = sglang_key_problems(plan(ar={"host": "0.0.0.0"})["units"], {KEY: key})
     assert len(problems) == 1 and message in problems[0]
     assert "padded-key" not in problems[0] and "12345" not in problems[0]
+
+
+def test_each_service_s_files_are_named_from_the_role_s_list() -> None:
+    files = [{"template": "sglang.yaml.j2", "path": "/etc/inferops/sglang/%s.yaml"},
+             {"template": "sglang.service.j2", "path": "/etc/systemd/system/%s.service"}]
+    assert sglang.sglang_service_paths(["sglang-ar", "sglang-spec"], files) == [
+        "/etc/inferops/sglang/sglang-ar.yaml", "/etc/systemd/system/sglang-ar.service",
+        "/etc/inferops/sglang/sglang-spec.yaml", "/etc/systemd/system/sglang-spec.service"]
+    assert sglang.sglang_service_paths([], files) == []
+    with pytest.raises(AnsibleFilterError, match="with %s for the service's name"):
+        sglang.sglang_service_paths(["sglang-ar"], [{"path": "/etc/systemd/system/sglang-ar.service"}])
+    with pytest.raises(AnsibleFilterError, match="a list of service names"):
+        sglang.sglang_service_paths("sglang-ar", files)
