@@ -98,7 +98,7 @@ case " ${CHECKS:-backend} " in *" triton "*) run_check triton ;; esac
 # the derivation and warm-up over the configurations whose attention is not Triton's (Triton's asks FlashInfer for
 # sampling only); those are planned on their own (plan-triton.out), so a failure there stops nothing else
 [ -n "$other_configs" ] || { touch "$out/done"; exit 0; }  # Triton's configurations only: nothing to derive or warm
-side=roles/inferops/files/inferops_flashinfer_venv.py
+side=plugins/module_utils/inferops_flashinfer_venv.py
 request() { $py -c 'import json, sys; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sys.argv[1:]}))' "$@"; }
 # shellcheck disable=SC2086
 request=$(request $other_configs)

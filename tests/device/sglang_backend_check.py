@@ -5,7 +5,7 @@
 
 For each --config given: SGLang's parser and resolution, then the attention backend its registry picks
 (FlashInferAttnBackend, or FlashInferMLAAttnBackend for an MLA model) over the planner's runner on device "cuda"
-(roles/inferops/files/inferops_sglang_plan.py: the same fields, on the GPU), and three requests as a server runs them:
+(plugins/module_utils/inferops_sglang_plan.py: the same fields, on the GPU), and three requests as a server runs them:
 a new prompt (forward_extend, KV saved by the backend), a prompt whose first tokens are the first one's (forward_extend
 after a cached prefix) and a decode step (forward_decode). Each output is compared with attention computed by torch in
 float32 from the same Q, K and V. Around every call FlashInfer's JIT cache is watched: an object or library added or
@@ -26,7 +26,7 @@ import traceback
 import typing as t
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "roles", "inferops", "files"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "plugins", "module_utils"))
 
 
 def files_under(root: str, suffixes: t.Tuple[str, ...] = ()) -> t.Dict[str, t.Tuple[int, int]]:
