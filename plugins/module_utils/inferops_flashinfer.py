@@ -30,9 +30,9 @@ import time
 import typing as t
 
 sys.dont_write_bytecode = True  # nothing written beside the installed files when they are imported
-try:  # in a module's payload (the collection's module_utils)
+if __name__.startswith("ansible_collections."):  # in a module's payload (the collection's module_utils)
     from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer_venv as venv_side
-except ImportError:  # installed on the node, beside this file (the command, the units' ExecStartPre=, the readiness timer)
+else:  # installed on the node: the file beside this one, never another copy a node's own Ansible may hold
     import inferops_flashinfer_venv as venv_side  # type: ignore[no-redef]
 
 CONFIG = "/etc/inferops/flashinfer.json"

@@ -485,3 +485,12 @@ def test_a_kernel_set_the_operator_lets_come_at_the_first_request_or_that_is_in_
     in_place = json.loads(json.dumps(MISSING_SET))
     in_place["derived"]["configs"]["/etc/inferops/sglang/sglang-ar.yaml"]["kernel_sets"][0]["missing"] = False
     assert tool.kernel_set_problems(config, dict(GOOD, **in_place)) == []
+
+
+def test_the_installed_tool_imports_the_venv_half_beside_it_even_where_ansible_collections_is_importable() -> None:
+    """On the node the tool is plain files; a node's own Ansible may hold another copy of the collection (here the test
+    runs with one on sys.path): the tool must use the file beside it."""
+    import ansible_collections  # noqa: F401 -- importable here, as on a node with Ansible installed
+
+    assert tool.venv_side.__name__ == "inferops_flashinfer_venv"
+    assert tool.venv_side.__file__ == os.path.join(ROOT, "plugins", "module_utils", "inferops_flashinfer_venv.py")
