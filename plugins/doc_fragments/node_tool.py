@@ -25,6 +25,13 @@ options:
         release is refused with the fix.
     type: path
     default: /usr/local/lib/inferops
+  skip_without_tool:
+    description:
+      - Return skipped, with the reason, instead of failing where the node has no node tool of this collection's release
+        yet; for a probe that runs before the install step of a run that installs or upgrades the tool (the role probes
+        again after it). In check mode such a node is always skipped.
+    type: bool
+    default: false
 notes:
   - Run it as the services' user (C(become_user)), as the services and their C(ExecStartPre=) run; then what FlashInfer
     touches in that user's cache stays that user's.

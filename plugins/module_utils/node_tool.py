@@ -19,6 +19,7 @@ INSTALLED = (tool.venv_side, planner)
 NODE_TOOL_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
     "config": {"type": "path", "default": tool.CONFIG},
     "library": {"type": "path", "default": "/usr/local/lib/inferops"},
+    "skip_without_tool": {"type": "bool", "default": False},
 }
 
 
@@ -41,13 +42,13 @@ def installed_problem(library: str) -> t.Optional[str]:
 
 
 def node_tool(module: t.Any) -> t.Tuple[t.Dict[str, t.Any], str]:
-    """(the tool's configuration, the venv side's installed path), or the module fails with the cause and the fix. In
-    check mode a node without this collection's tool is skipped instead (the install step that would put it there did
-    not run)."""
+    """(the tool's configuration, the venv side's installed path), or the module fails with the cause and the fix. A
+    node without this collection's tool is skipped instead in check mode (the install step that would put it there did
+    not run) and with skip_without_tool (a probe before the install step of a run that installs or upgrades it)."""
     library = module.params["library"]
     problem = installed_problem(library)
-    if problem and module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: " + problem)
+    if problem and (module.check_mode or module.params["skip_without_tool"]):
+        module.exit_json(changed=False, skipped=True, msg=("check mode: " if module.check_mode else "") + problem)
     if problem:
         module.fail_json(msg=problem)
     try:

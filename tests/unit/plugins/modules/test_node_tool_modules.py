@@ -111,6 +111,9 @@ def test_no_tool_or_another_release_s_tool_fails_with_the_fix_and_is_skipped_in_
     assert result["failed"] and result["msg"].startswith("no node tool at %s/inferops_flashinfer_venv.py" % node.library)
     skipped = run_module(flashinfer_verdict.main, capsys, node.params(), check_mode=True)
     assert skipped["skipped"] and not skipped.get("failed") and skipped["msg"].startswith("check mode: no node tool")
+    # a probe ahead of the install step of a run that upgrades the tool
+    waiting = run_module(flashinfer_view.main, capsys, node.params(view="parse", skip_without_tool=True))
+    assert waiting["skipped"] and not waiting.get("failed") and waiting["msg"].startswith("no node tool")
     assert not os.path.exists(os.path.join(node.bin_dir, "calls.jsonl"))
 
 
