@@ -54,13 +54,6 @@ def read_config(path: str) -> t.Dict[str, t.Any]:
     return config
 
 
-def load_config(path: str) -> t.Dict[str, t.Any]:
-    try:
-        return read_config(path)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-
-
 def sglang_configs(config: t.Dict[str, t.Any]) -> t.List[str]:
     """The services' SGLang configurations (--config files, written by sglang_service): what the warm set is derived from."""
     directory = config.get("sglang_config_dir", "/etc/inferops/sglang")
@@ -665,30 +658,36 @@ def view_of(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = N
     return view
 
 
+def workspace_base(env: t.Dict[str, str]) -> str:
+    """Where FlashInfer's workspace lies for the services (FLASHINFER_WORKSPACE_BASE of their environment file, else the
+    running user's home): the warm-up's lock is there."""
+    return env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
+
+
 def warm(config: t.Dict[str, t.Any], script: t.Optional[str] = None, max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
     """Build what the cache lacks and record the derivation (one warm-up per node at a time); the venv side's report."""
     env = read_env_file(config["env_file"])
-    base = env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
     for name in ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"):
         # SGLang's own caches (its JIT kernels, and Triton's and the driver's under SGLANG_CACHE_DIR): made here, by
         # the service user, so that a wiped cache is back before a service starts.
         if env.get(name):
             os.makedirs(env[name], mode=0o755, exist_ok=True)
-    with WarmLock(base):
+    with WarmLock(workspace_base(env)):
         return inner(config, "warm", script, max_jobs)
 
 
 def verdict(config: t.Dict[str, t.Any], script: t.Optional[str] = None, unit: t.Optional[str] = None,
-            unit_env: t.Optional[t.Dict[str, str]] = None, units: bool = False) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
-    """The preflight: FlashInfer's view and the causes (each with its fix) that would stop a service; none when it
+            unit_env: t.Optional[t.Dict[str, str]] = None,
+            units: bool = False) -> t.Tuple[t.Dict[str, t.Any], t.List[t.Tuple[str, str]]]:
+    """The preflight: FlashInfer's view and each (cause, text with the fix) that would stop a service; none when it
     would start. unit (with unit_env, the environment systemd gave it): that unit's environment must hold every pinned
     value; units: the same for each enabled or running SGLang unit, seen from outside it."""
     view = inner(config, "probe", script)
-    problems = check(config, view)
+    problems = diagnose(config, view)
     if unit:
-        problems += [text for _cause, text in environment_problems(config, unit, dict(unit_env or {}), "starts with")]
+        problems += environment_problems(config, unit, dict(unit_env or {}), "starts with")
     if units:
-        problems += [text for _cause, text in units_environment_problems(config)]
+        problems += units_environment_problems(config)
     return view, problems
 
 
@@ -721,7 +720,7 @@ def artifact(config: t.Dict[str, t.Any], action: str, path: str, sha256: t.Optio
             raise ValueError("FlashInfer cannot start in the services' environment: %s" % view["error"])
         if action == "export":
             return True, export_artifact(view, path)
-        with WarmLock(read_env_file(config["env_file"]).get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir):
+        with WarmLock(workspace_base(read_env_file(config["env_file"]))):
             return True, import_artifact(config, view, path, str(sha256))
     except (ValueError, OSError) as exc:
         return False, {"error": str(exc), "fingerprint": view.get("fingerprint")}

@@ -87,7 +87,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     config, script = node_tool(module)
-    view, problems = tool.verdict(config, script, units=module.params["units"])
+    view, causes = tool.verdict(config, script, units=module.params["units"])
+    problems = [text for _cause, text in causes]
     module.exit_json(changed=False, ready=not problems, problems=problems, view=view,
                      lines=[] if problems else tool.verdict_lines(view))
 

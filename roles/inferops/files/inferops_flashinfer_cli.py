@@ -98,7 +98,7 @@ def verdict_as(user: t.Optional[str], config_path: str, lib: str = LIB) -> t.Dic
 def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="inferops-flashinfer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="/etc/inferops/flashinfer.json")
+    parser.add_argument("--config", help="the tool's configuration (default: the logic's own, /etc/inferops/flashinfer.json)")
     parser.add_argument("--lib", default=LIB, help="the tool's logic as installed (inferops_tool_lib)")
     parser.add_argument("--sglang-config", action="append", default=[], metavar="FILE",
                         help="plan, parse: these SGLang configurations instead of sglang_config_dir's")
@@ -113,22 +113,25 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     parser.add_argument("command", choices=("probe", "plan", "parse", "warm", "check", "export", "import", "metrics", "verdict"))
     args = parser.parse_args(argv)
     tool = load_tool(args.lib)
+    config_path = args.config or tool.CONFIG
     if args.command == "metrics":
         if not args.output:
             parser.error("metrics needs --output")
         started = time.monotonic()
-        found = verdict_as(args.user, args.config, args.lib)
+        found = verdict_as(args.user, config_path, args.lib)
         problems = [(str(cause), str(text)) for cause, text in found["problems"]]
         tool.write_atomically(args.output, tool.render_metrics(found["view"], problems, time.time(), time.monotonic() - started))
         for _cause, text in problems:
             print("inferops-flashinfer metrics: not ready: " + text)
         print("inferops-flashinfer metrics: %s written to %s" % ("not ready" if problems else "ready", args.output))
         return 0
-    config = tool.load_config(args.config)
+    try:
+        config = tool.read_config(config_path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     if args.command == "verdict":
-        view = tool.inner(config, "probe")
-        print(json.dumps({"view": view, "problems": tool.diagnose(config, view) + tool.units_environment_problems(config)},
-                         sort_keys=True))
+        view, causes = tool.verdict(config, units=True)
+        print(json.dumps({"view": view, "problems": causes}, sort_keys=True))
         return 0
     if (args.unit or args.units) and args.command != "check":
         parser.error("--unit and --units go with check only")
@@ -148,10 +151,10 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
         view = tool.warm(config, max_jobs=os.environ.get("INFEROPS_MAX_JOBS"))
         print(json.dumps(view, indent=2, sort_keys=True))
         return 1 if view.get("error") else 0
-    view, problems = tool.verdict(config, unit=args.unit, unit_env=dict(os.environ), units=args.units)
-    if problems:
-        for problem in problems:
-            print("inferops-flashinfer check: FAIL: " + problem, file=sys.stderr)
+    view, causes = tool.verdict(config, unit=args.unit, unit_env=dict(os.environ), units=args.units)
+    if causes:
+        for _cause, text in causes:
+            print("inferops-flashinfer check: FAIL: " + text, file=sys.stderr)
         return 1
     print("\n".join(tool.verdict_lines(view, args.unit)))
     return 0

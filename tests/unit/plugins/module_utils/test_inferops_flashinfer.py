@@ -194,9 +194,9 @@ def test_the_preflight_reports_what_is_not_warmed(node: t.Dict[str, t.Any], caps
     assert tool.not_warmed(view) == ["sglang-ar.yaml: attention trtllm_mha: not warmed", "sglang-ar.yaml: SGLang's own JIT kernels",
                                      "sglang-spec.yaml: SGLang's own JIT kernels"]
     assert tool.not_warmed(GOOD) == []
-    monkeypatch.setattr(tool, "load_config", lambda path: node)
+    monkeypatch.setattr(tool, "read_config", lambda path: node)
     monkeypatch.setattr(tool, "inner", lambda config, action, *_: view)
-    monkeypatch.setattr(tool, "check", lambda config, view: [])
+    monkeypatch.setattr(tool, "diagnose", lambda config, view: [])
     assert cli.main(["check"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("inferops-flashinfer check: ok: FlashInfer 0.6.18")
