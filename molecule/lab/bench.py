@@ -143,8 +143,9 @@ def node_cpu(nodes: t.List[Node]) -> t.Dict[str, float]:
     return used
 
 
-def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: str) -> t.Dict[str, t.Any]:
-    """One ansible-playbook run, timed; its output kept in .build/bench/<step>.log."""
+def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: str, costs: bool = False) -> t.Dict[str, t.Any]:
+    """One ansible-playbook run, timed; its output kept in .build/bench/<step>.log; with costs, each task's CPU under
+    .build/bench/task-costs (lab_task_costs, test tooling; tools/task_costs.py adds them up)."""
     names = [node.name for node in hosts]
     command = [PLAYBOOK, "-i", inventory, os.path.join(ROOT, "playbooks", playbook), "--limit", ",".join(names),
                "--forks", str(max(5, len(names))), *extra]
@@ -152,6 +153,10 @@ def play(step: str, inventory: str, playbook: str, hosts: t.List[Node], *extra: 
     # lab_task_times (test tooling) ends each step's log with its slowest tasks
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_PLUGINS=os.path.join(HERE, "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="lab_task_times")
+    if costs:
+        shutil.rmtree(os.path.join(BENCH, "task-costs"), ignore_errors=True)
+        os.makedirs(os.path.join(BENCH, "task-costs"))
+        env.update(ANSIBLE_CALLBACKS_ENABLED="lab_task_times,lab_task_costs", INFEROPS_LAB_TASK_COSTS=os.path.join(BENCH, "task-costs"))
     nodes_before, children_before = node_cpu(hosts), resource.getrusage(resource.RUSAGE_CHILDREN)
     started_wall, started = time.time(), time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -222,6 +227,8 @@ def main(argv: t.List[str]) -> int:
     parser.add_argument("--other", default="b300-x8", help="--store: the one node of another fingerprint")
     parser.add_argument("--store", action="store_true", help="also issue 15's build-store steps, with real compiles (long)")
     parser.add_argument("--keep", action="store_true", help="leave the nodes running afterwards")
+    parser.add_argument("--first", action="store_true",
+                        help="only the first converge of one node (converge_1), each task's CPU in .build/bench/task-costs")
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.nodes > 40:
         raise SystemExit("bench: --nodes must be between 2 and 40")
@@ -247,7 +254,10 @@ def main(argv: t.List[str]) -> int:
     store = ["-e", "jit_cache_store_dir=" + stores["fleet"]]
     try:
         boot(first[0], args.store)
-        results["converge_1"] = play("converge_1", inventory, "site.yml", first, "-e", "jit_cache_store_dir=" + stores["one"])
+        results["converge_1"] = play("converge_1", inventory, "site.yml", first, "-e", "jit_cache_store_dir=" + stores["one"],
+                                     costs=args.first)
+        if args.first:
+            return 0
         for node in nodes[1:]:
             boot(node, args.store)
         # N of one fingerprint: their canary (the converged first node) goes first, then the other N-1 in one batch

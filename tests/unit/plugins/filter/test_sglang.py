@@ -204,6 +204,10 @@ def test_one_health_url_for_the_role_and_remediation(host: str, url: str) -> Non
     with open(os.path.join(ROOT, "playbooks", "rollout.yml")) as handle:
         plays = yaml.safe_load(handle)
     tasks = [task for play in plays for section in ("pre_tasks", "tasks", "post_tasks") for task in play.get(section, [])]
+    # and the task files it includes (remediate.yml's diagnosis is one)
+    for included in [task["ansible.builtin.include_tasks"]["file"] for task in tasks if "ansible.builtin.include_tasks" in task]:
+        with open(os.path.join(ROOT, "playbooks", included)) as handle:
+            tasks += yaml.safe_load(handle)
     assert not [task for task in tasks if "ansible.builtin.uri" in task], "rollout.yml asks for health itself"
     includes = [task["ansible.builtin.include_role"] for task in tasks if "ansible.builtin.include_role" in task]
     assert {"name": "inferops.blackwell.sglang_service", "tasks_from": "diagnose", "apply": {"tags": ["always"]}} in includes
