@@ -11,7 +11,8 @@ spare site-mixed) and carries the case's variables, so one run checks them all i
   - the run failed for that host,
   - the failure message matches every `expect` pattern (the variable and the fix), and the run's whole output
     holds none of the case's `hide` strings (a secret's value),
-  - it failed in an input check or a node probe (a tasks/validate.yml or tasks/probe.yml), and a case marked `alone`, run by itself, within --max-seconds;
+  - it failed in an input check or a node probe (a tasks/validate.yml, or a tasks/probe.yml and what it includes), and
+    a case marked `alone`, run by itself, within --max-seconds;
 and for every node: a snapshot (files under /etc/inferops, the units, profile.d, the toolkits and where
 /usr/local/cuda leads, the venv's packages, the caches, the services' state and main PIDs) is identical
 before and after the run. A listener on port 31000 is started first, for the "port taken" case.
@@ -168,10 +169,11 @@ def check_refusal(case: t.Mapping[str, t.Any], outcome: t.Optional[t.Mapping[str
     if outcome is None:
         return ["NOT REFUSED"]
     problems = ["message lacks %r" % pattern for pattern in case["expect"] if not re.search(pattern, outcome["msg"])]
-    # an input check (tasks/validate.yml), a node probe (tasks/probe.yml), or Ansible's own check of the role's argument spec at that entry point (types,
-    # choices), the task Ansible puts first in it
-    if not re.search(r"/tasks/(validate|probe)\.yml", outcome["path"]) and "Validating arguments against arg spec 'validate'" not in outcome["task"]:
-        problems.append("refused by %s (%s), not by an input check or a probe (tasks/validate.yml, tasks/probe.yml or the validate entry point's spec)"
+    # an input check (tasks/validate.yml), a node probe (tasks/probe.yml and the tasks/probe_*.yml it includes), or Ansible's own check of the role's
+    # argument spec at that entry point (types, choices), the task Ansible puts first in it
+    checked_by = re.search(r"/tasks/(validate|probe|probe_[a-z]+)\.yml", outcome["path"])
+    if not checked_by and "Validating arguments against arg spec 'validate'" not in outcome["task"]:
+        problems.append("refused by %s (%s), not by an input check or a probe (tasks/validate.yml, tasks/probe*.yml or the validate entry point's spec)"
                         % (outcome["path"] or "?", outcome["task"]))
     return problems
 
