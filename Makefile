@@ -32,7 +32,7 @@ LABCTL := $(BIN)/python molecule/lab/labctl.py
 LAB_STATE := $(or $(INFEROPS_LAB_STATE),$(BUILD)/lab)
 LAB_INVENTORY := inventories/lab
 
-.PHONY: release-venv release-check docs-site test-suite test-role test-fresh lab-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
+.PHONY: controllers release-venv release-check docs-site test-suite test-role test-fresh lab-fresh test-matrix test-zoo bench lab-images lab-remediate help venv debs link test lint ruff ansible-lint sanity units molecule docs fixtures lab lab-down clean
 
 help:
 	@echo "make lab       boot the two-node lab fleet (SIMULATED GPUs, real systemd) and run the facts playbook"
@@ -43,7 +43,7 @@ help:
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make lab-fresh          make lab the same way (timed), then make lab-down"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300, the kernel-set stack on B200 and B300 (also in make test)"
-	@echo "make lint | sanity | units | molecule | release-check | docs-site    one part of make test"
+	@echo "make lint | sanity | units | controllers | molecule | release-check | docs-site    one part of make test"
 	@echo "make docs      the role READMEs and the README's role index from the argument specs, then the docs site (.build/docs/html)"
 	@echo "make clean     make lab-down, then remove .venv and .build (the machine's lab images and compile cache stay: /var/cache/inferops-lab)"
 
@@ -84,7 +84,7 @@ test: $(if $(ROLE),test-role,test-suite)
 test-suite: debs venv link
 	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
-	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
+	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units controllers release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
 	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
 	   times > $(BUILD)/checks.cpu; \
 	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/checks.cpu)" > $(BUILD)/checks.time ) & checks=$$!; \
@@ -143,6 +143,11 @@ sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TE
 
 units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 	PYTHONPATH=$(IMPORT_ROOT) $(BIN)/pytest tests/unit tests/artifact
+
+# sanity, the unit and the artifact tests under each later ansible-core release (requirements/controllers.txt), which
+# needs a newer Python than this machine's: from a Debian 13 root filesystem (debootstrap, once per machine; chroot)
+controllers: debs venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
+	$(BIN)/python tools/controllers.py test
 
 # The lab's cached layers (base rootfs; the incident's, the current and the kernel-set stack's images, side by side) and
 # its mirror (CUDA wheels, flashinfer-cubin, signed apt repository).

@@ -86,6 +86,17 @@ def test_artifact_leaves_tests_and_lab_out(installed: t.Dict[str, t.Any]) -> Non
     assert not [name for name in names if name.startswith(left_out)]
 
 
+# ansible-core 2.20's ansible-doc warns about its own internal collection, ansible._protomatter, having no MANIFEST.json
+# (ansible/ansible#85689, fixed upstream): a warning about ansible-core's files, not this collection's
+CORE_PROTOMATTER_WARNING = re.compile(r"^\[WARNING\]: Collection at '[^']*/ansible/_internal/ansible_collections/ansible/_protomatter' does "
+                                      r"not have a MANIFEST\.json file, nor has it galaxy\.yml: cannot detect version\.\n?", re.MULTILINE)
+
+
+def own_warnings(stderr: str) -> str:
+    """stderr without ansible-core's warning about its own internal collection: everything else counts."""
+    return CORE_PROTOMATTER_WARNING.sub("", stderr).strip()
+
+
 def test_installed_documentation_and_playbooks(installed: t.Dict[str, t.Any]) -> None:
     """ansible-doc of every module, filter and role of the installed tarball, and the three playbooks' syntax, run clean:
     no warning, no error."""
@@ -97,7 +108,7 @@ def test_installed_documentation_and_playbooks(installed: t.Dict[str, t.Any]) ->
         for name in names:
             done = subprocess.run([os.path.join(BIN, "ansible-doc"), "-t", kind, "inferops.blackwell." + name], env=env,
                                   cwd=str(tmp), capture_output=True, text=True, check=False)
-            assert done.returncode == 0 and done.stderr.strip() == "", "%s %s: %s" % (kind, name, done.stderr)
+            assert done.returncode == 0 and own_warnings(done.stderr) == "", "%s %s: %s" % (kind, name, done.stderr)
             assert "inferops.blackwell." + name in done.stdout
     inventory = tmp / "syntax-inventory.ini"
     inventory.write_text("[sglang_nodes]\nnode-1\n")
@@ -261,7 +272,10 @@ def test_ansible_builder_accepts_the_execution_environment(installed: t.Dict[str
     run([os.path.join(BIN, "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", "context",
          "--output-filename", "Containerfile"], installed["env"], cwd=str(tmp_path))
     containerfile = (tmp_path / "context" / "Containerfile").read_text()
-    assert 'ANSIBLE_INSTALL_REFS="ansible-core==2.19.14 ansible-runner==2.4.3"' in containerfile
+    # the newest ansible-core make test runs under (the last of requirements/controllers.txt)
+    with open(os.path.join(ROOT, "requirements", "controllers.txt")) as handle:
+        newest = [line.split("#")[0].strip() for line in handle if line.split("#")[0].strip()][-1]
+    assert 'ANSIBLE_INSTALL_REFS="%s ansible-runner==2.4.3"' % newest in containerfile
     assert "ansible-galaxy collection install" in containerfile and "-r requirements.yml" in containerfile
     requirements = (tmp_path / "context" / "_build" / "requirements.yml").read_text()
     assert "name: /build/inferops-blackwell.tar.gz" in requirements and "type: file" in requirements

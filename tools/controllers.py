@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops.blackwell contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""make test's other controllers: the ansible-core releases (requirements/controllers.txt) that need a newer Python
+than this machine's (Debian 12: 3.11; ansible-core 2.20 and later need 3.12 or later). They run from a Debian 13
+(trixie, Python 3.13) root filesystem made with debootstrap from Debian's archive, entered with chroot (no daemon, the
+machine's network); each release in its own venv there, from PyPI.
+
+  tools/controllers.py build             the root filesystem (once per machine and recipe) and each release's venv
+  tools/controllers.py test [RELEASE...] under each release (default: the file's; another is a trial): ansible-test
+                                         sanity with that release's empty ignore file, then the unit and artifact tests
+  tools/controllers.py shell RELEASE     a shell in the root filesystem with that release's venv first on PATH
+
+The root filesystem is the machine's (/var/cache/inferops-lab/controllers, like the lab's images); the working tree is
+bound into it at its own path, so .build/import's link and the tests' paths hold inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import typing as t
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("INFEROPS_CONTROLLERS_CACHE", "/var/cache/inferops-lab/controllers")
+SUITE = "trixie"
+PYTHON = "3.13"
+MIRROR = os.environ.get("INFEROPS_LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# python3-venv for the venvs, git for ansible-test, shellcheck for its shellcheck test, gcc for the build store's unit
+# tests (a real ninja and gcc), gpg and its agent for the key fingerprint's unit tests (they make keys), tar and
+# ca-certificates for pip
+PACKAGES = ["python3", "python3-venv", "git", "shellcheck", "gcc", "libc6-dev", "gpg", "gpg-agent", "tar", "ca-certificates"]
+RELEASES_FILE = os.path.join(ROOT, "requirements", "controllers.txt")
+TOOLS_FILE = os.path.join(ROOT, "requirements", "controller-tools.txt")
+# the machine's CA bundle: package traffic may pass a proxy whose CA only the machine's bundle holds
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def log(message: str) -> None:
+    print("[controllers] %s" % message, flush=True)
+
+
+def releases() -> t.List[str]:
+    """The ansible-core releases of requirements/controllers.txt, in its order."""
+    found = []
+    with open(RELEASES_FILE) as handle:
+        for raw in handle:
+            line = raw.split("#")[0].strip()
+            if line:
+                if not line.startswith("ansible-core=="):
+                    raise SystemExit("controllers: %s: %r is not ansible-core==RELEASE" % (RELEASES_FILE, line))
+                found.append(line.split("==", 1)[1])
+    return found
+
+
+def rootfs() -> str:
+    return os.path.join(CACHE, SUITE)
+
+
+def recipe() -> str:
+    return hashlib.sha256(repr([SUITE, MIRROR, PACKAGES]).encode()).hexdigest()[:16]
+
+
+def run(command: t.List[str], **kwargs: t.Any) -> None:
+    log("$ " + " ".join(command))
+    subprocess.run(command, check=True, **kwargs)
+
+
+@contextlib.contextmanager
+def mounted(root: str) -> t.Iterator[None]:
+    """/proc, /dev, /sys, the machine's CA bundle and resolver, and the working tree at its own path, for the time of a
+    command; unmounted again (lazily: a test's process still holding a file does not keep them)."""
+    points: t.List[str] = []
+
+    def bind(source: str, target: str, *extra: str) -> None:
+        inside = os.path.join(root, target.lstrip("/"))
+        if os.path.ismount(inside):
+            # left by an interrupted run
+            subprocess.run(["umount", "-l", inside], check=False)
+        if os.path.isdir(source):
+            os.makedirs(inside, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            if not os.path.exists(inside):
+                open(inside, "a").close()
+        run(["mount", *extra, source, inside])
+        points.append(inside)
+
+    try:
+        bind("proc", "/proc", "-t", "proc")
+        bind("/dev", "/dev", "--rbind")
+        bind("/sys", "/sys", "--rbind")
+        bind(CA_BUNDLE, CA_BUNDLE, "--bind", "-o", "ro")
+        bind("/etc/resolv.conf", "/etc/resolv.conf", "--bind", "-o", "ro")
+        bind(ROOT, ROOT, "--bind")
+        # a worktree's git directory lies outside it (the tests list the tracked files)
+        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=ROOT, capture_output=True,
+                                text=True, check=False).stdout.strip()
+        if common and not common.startswith(ROOT + os.sep):
+            bind(common, common, "--bind")
+        yield
+    finally:
+        for point in reversed(points):
+            subprocess.run(["umount", "-l", point], check=False)
+
+
+def mounts_under(root: str) -> t.List[str]:
+    """The mount points at or below root (from /proc/self/mounts)."""
+    found = []
+    with open("/proc/self/mounts") as handle:
+        for line in handle:
+            point = line.split()[1].replace("\\040", " ")
+            if point == root or point.startswith(root + os.sep):
+                found.append(point)
+    return found
+
+
+@contextlib.contextmanager
+def one_at_a_time() -> t.Iterator[None]:
+    """One run of this tool per machine at a time (a second one waits): a run rebuilds or mounts into the root filesystem
+    another may be using."""
+    os.makedirs(CACHE, exist_ok=True)
+    with open(os.path.join(CACHE, ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def inside(root: str, script: str, release: t.Optional[str] = None) -> int:
+    """script (bash) in the root filesystem, with the release's venv first on PATH; its exit status."""
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    if release:
+        path = "/opt/ansible-core-%s/bin:%s" % (release, path)
+    env = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", "PIP_CERT": CA_BUNDLE, "SSL_CERT_FILE": CA_BUNDLE,
+           "REQUESTS_CA_BUNDLE": CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_DEFAULT_TIMEOUT": "180",
+           "TERM": "dumb"}
+    return subprocess.run(["chroot", root, "/bin/bash", "-euo", "pipefail", "-c", script], env=env, check=False).returncode
+
+
+def build(wanted: t.Optional[t.List[str]] = None) -> str:
+    """The root filesystem and the venv of each release of requirements/controllers.txt (and of wanted: a trial of one
+    the file does not list yet)."""
+    root = rootfs()
+    stamp = root + ".recipe"
+    if not (os.path.isdir(root) and os.path.exists(stamp) and open(stamp).read().strip() == recipe()):
+        busy = mounts_under(root)
+        if busy:
+            # never remove a tree something is mounted into (the working tree is, while a test runs)
+            raise SystemExit("controllers: %s is to be rebuilt, but holds mounts (%s): end the run that made them, or "
+                             "unmount them (umount -l)" % (root, ", ".join(busy)))
+        staging = root + ".staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(CACHE, exist_ok=True)
+        started = time.monotonic()
+        log("building the Debian %s root filesystem (debootstrap, Python %s)" % (SUITE, PYTHON))
+        run(["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, staging, MIRROR])
+        run(["chroot", staging, "apt-get", "clean"])
+        shutil.rmtree(root, ignore_errors=True)
+        os.rename(staging, root)
+        with open(stamp, "w") as handle:
+            handle.write(recipe() + "\n")
+        log("root filesystem: %.0f s" % (time.monotonic() - started))
+    with open(TOOLS_FILE, "rb") as handle:
+        tools_digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+    with mounted(root):
+        for release in dict.fromkeys(releases() + (wanted or [])):
+            venv = "/opt/ansible-core-%s" % release
+            marker = os.path.join(root, venv.lstrip("/"), ".installed")
+            if not (os.path.exists(marker) and open(marker).read().strip() == tools_digest):
+                log("ansible-core %s: its venv (Python %s)" % (release, PYTHON))
+                script = ("rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/pip install --quiet ansible-core=={release} "
+                          "-r {tools} && echo {digest} > {venv}/.installed")
+                rc = inside(root, script.format(venv=venv, release=release, tools=TOOLS_FILE, digest=tools_digest))
+                if rc != 0:
+                    raise SystemExit("controllers: the venv of ansible-core %s failed (rc %d)" % (release, rc))
+            get_pip(root, release)
+    return root
+
+
+def get_pip(root: str, release: str) -> None:
+    """ansible-test's pip bootstrap, from PyPI's wheel (its download host is unreachable here): tools/get_pip_offline.py
+    under the name ansible-test looks for, beside the wheel of the pip it asks for."""
+    venv = os.path.join(root, "opt", "ansible-core-%s" % release)
+    versions = []
+    for path in glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "ansible_test", "_internal", "python_requirements.py")):
+        with open(path) as handle:
+            versions += re.findall(r"\bpip='([0-9.]+)'", handle.read())
+    if not versions:
+        raise SystemExit("controllers: ansible-test of ansible-core %s names no pip release to bootstrap" % release)
+    cache = os.path.join(root, "root", ".ansible", "test", "cache")
+    os.makedirs(cache, exist_ok=True)
+    for version in sorted(set(versions)):
+        wheel = "pip-%s-py3-none-any.whl" % version
+        if not os.path.exists(os.path.join(cache, wheel)):
+            run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", cache, "pip==%s" % version])
+        shutil.copy(os.path.join(ROOT, "tools", "get_pip_offline.py"), os.path.join(cache, "get_pip_%s.py" % version.replace(".", "_")))
+
+
+def sanity_tree(release: str) -> str:
+    """A copy of the tracked (and new, not ignored) files as its own git tree, at a path ansible-test accepts."""
+    tree = os.path.join(ROOT, ".build", "sanity-%s" % release, "ansible_collections", "inferops", "blackwell")
+    shutil.rmtree(os.path.dirname(os.path.dirname(os.path.dirname(tree))), ignore_errors=True)
+    os.makedirs(tree)
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    tar = os.path.join(os.path.dirname(tree), "tree.tar")
+    with tarfile.open(tar, "w") as archive:
+        for name in files:
+            if name and os.path.lexists(os.path.join(ROOT, name)):
+                archive.add(os.path.join(ROOT, name), arcname=name, recursive=False)
+    with tarfile.open(tar) as archive:
+        archive.extractall(tree, filter="tar")
+    os.unlink(tar)
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+    return tree
+
+
+def test(wanted: t.List[str]) -> int:
+    known = releases()
+    for release in wanted:
+        if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", release):
+            raise SystemExit("controllers: %r is not an ansible-core release (X.Y.Z)" % release)
+        if release not in known:
+            log("ansible-core %s is not in %s (%s): a trial" % (release, RELEASES_FILE, ", ".join(known)))
+    root = build(wanted)
+    failed = []
+    for release in wanted or known:
+        started = time.monotonic()
+        tree = sanity_tree(release)
+        log("ansible-core %s (Python %s): sanity, unit and artifact tests" % (release, PYTHON))
+        with mounted(root):
+            # both, whatever the first gave: one run says all that fails under the release
+            rc = inside(root, f"rc=0; (cd {tree} && ansible-test sanity --venv --python {PYTHON} --color no) || rc=1; "
+                        f"cd {ROOT} && PYTHONPATH={ROOT}/.build/import python -m pytest -q -p no:cacheprovider tests/unit tests/artifact "
+                        "|| rc=1; exit $rc", release)
+        log("ansible-core %s: rc %d in %.0f s" % (release, rc, time.monotonic() - started))
+        if rc != 0:
+            failed.append(release)
+    if failed:
+        log("FAILED under ansible-core %s" % ", ".join(failed))
+        return 1
+    return 0
+
+
+def shell(release: str) -> int:
+    root = build([release])
+    with mounted(root):
+        return inside(root, "cd %s && exec bash -i" % ROOT, release)
+
+
+def main(argv: t.List[str]) -> int:
+    if os.geteuid() != 0:
+        raise SystemExit("controllers: needs root (debootstrap, chroot, mount)")
+    if not argv or argv[0] not in ("build", "test", "shell"):
+        print(__doc__)
+        return 2
+    with one_at_a_time():
+        if argv[0] == "build":
+            build()
+            return 0
+        if argv[0] == "shell":
+            return shell(argv[1])
+        return test(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
