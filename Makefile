@@ -76,22 +76,22 @@ $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py: tools/get
 # `make test` runs the whole suite; `make test ROLE=<role>` the per-role loop (test-role, below).
 test: $(if $(ROLE),test-role,test-suite)
 
-# lint, sanity (pip installs and pylint, mostly one core) and the unit tests run in one lane beside the lab from the
-# start; the lab's images (built once per machine), then the molecule lanes (below). default prints as it runs; the other
-# scenarios', lint's, sanity's and the unit tests' output follows. At the end: the wall time, each lane's, the
-# machine's CPU time, and whether the run began on a fresh machine (no lab images, an empty compile cache) or a warm one
-# (also in .build/test-times.txt).
+# lint, sanity (pip installs and pylint, mostly one core) and the unit tests, under each tested ansible-core (make
+# controllers), run in one lane beside the lab from the start; the lab's images (built once per machine), then the
+# molecule lanes (below). default prints as it runs; the other scenarios', lint's, sanity's and the unit tests' output
+# follows. At the end: the wall time, each lane's, the machine's CPU time, and whether the run began on a fresh machine
+# (no lab images, an empty compile cache) or a warm one (also in .build/test-times.txt).
 test-suite: debs venv link
 	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
 	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units controllers release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
-	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
+	   echo "lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
 	   times > $(BUILD)/checks.cpu; \
-	   echo "lint, sanity, unit tests, Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/checks.cpu)" > $(BUILD)/checks.time ) & checks=$$!; \
+	   echo "lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/checks.cpu)" > $(BUILD)/checks.time ) & checks=$$!; \
 	  lab=0; begun=$$(date +%s); ( rc=0; $(MAKE) --no-print-directory lab-images || rc=$$?; times > $(BUILD)/images.cpu; exit $$rc ) || lab=$$?; \
 	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/images.cpu)"; \
 	  test $$lab -ne 0 || $(MAKE) --no-print-directory molecule || lab=$$?; \
-	  wait $$checks || true; echo "== lint, sanity, unit tests, Galaxy's importer and the docs site, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
+	  wait $$checks || true; echo "== lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
 	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
 	  cpu=$$(( $$(tools/cpu-seconds) - cpu_before )); \
 	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
