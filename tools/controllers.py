@@ -94,6 +94,10 @@ def mounted(root: str) -> t.Iterator[None]:
                 open(inside, "a").close()
         run(["mount", *extra, source, inside])
         points.append(inside)
+        if "--rbind" in extra:
+            # a slave of the machine's tree: unmounting the copy never propagates to the machine's own /dev or /sys
+            # submounts (where / is a shared mount, as under systemd)
+            run(["mount", "--make-rslave", inside])
 
     try:
         bind("proc", "/proc", "-t", "proc")
