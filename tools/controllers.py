@@ -155,7 +155,7 @@ def build(wanted: t.Optional[t.List[str]] = None) -> str:
     root = rootfs()
     stamp = root + ".recipe"
     if not (os.path.isdir(root) and os.path.exists(stamp) and open(stamp).read().strip() == recipe()):
-        busy = mounts_under(root)
+        busy = mounts_under(root) + mounts_under(root + ".staging")
         if busy:
             # never remove a tree something is mounted into (the working tree is, while a test runs)
             raise SystemExit("controllers: %s is to be rebuilt, but holds mounts (%s): end the run that made them, or "
