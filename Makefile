@@ -134,11 +134,7 @@ ansible-lint: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell
 # A clean copy of the tracked (and new, not ignored) files, as its own git tree,
 # so sanity sees exactly what would be committed.
 sanity: debs venv $(ANSIBLE_TEST_CACHE)/get_pip_$(subst .,_,$(PIP_FOR_ANSIBLE_TEST)).py
-	rm -rf $(SANITY_TREE)
-	mkdir -p $(SANITY_TREE)
-	git ls-files -z --cached --others --exclude-standard | \
-	  tar --null --ignore-failed-read --files-from=- -cf - | tar -xf - -C $(SANITY_TREE)
-	cd $(SANITY_TREE) && git init -q && git add -A
+	$(BIN)/python tools/sanity_tree.py $(SANITY_TREE)
 	cd $(SANITY_TREE) && $(BIN)/ansible-test sanity --venv --python 3.11 --color no
 
 units: venv $(IMPORT_ROOT)/ansible_collections/inferops/blackwell

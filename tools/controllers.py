@@ -26,9 +26,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import typing as t
+
+import sanity_tree  # tools/sanity_tree.py, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("INFEROPS_CONTROLLERS_CACHE", "/var/cache/inferops-lab/controllers")
@@ -208,26 +209,6 @@ def get_pip(root: str, release: str) -> None:
         shutil.copy(os.path.join(ROOT, "tools", "get_pip_offline.py"), os.path.join(cache, "get_pip_%s.py" % version.replace(".", "_")))
 
 
-def sanity_tree(release: str) -> str:
-    """A copy of the tracked (and new, not ignored) files as its own git tree, at a path ansible-test accepts."""
-    tree = os.path.join(ROOT, ".build", "sanity-%s" % release, "ansible_collections", "inferops", "blackwell")
-    shutil.rmtree(os.path.dirname(os.path.dirname(os.path.dirname(tree))), ignore_errors=True)
-    os.makedirs(tree)
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, check=True).stdout.decode().split("\0")
-    tar = os.path.join(os.path.dirname(tree), "tree.tar")
-    with tarfile.open(tar, "w") as archive:
-        for name in files:
-            if name and os.path.lexists(os.path.join(ROOT, name)):
-                archive.add(os.path.join(ROOT, name), arcname=name, recursive=False)
-    with tarfile.open(tar) as archive:
-        archive.extractall(tree, filter="tar")
-    os.unlink(tar)
-    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-    return tree
-
-
 def test(wanted: t.List[str]) -> int:
     known = releases()
     for release in wanted:
@@ -239,7 +220,7 @@ def test(wanted: t.List[str]) -> int:
     failed = []
     for release in wanted or known:
         started = time.monotonic()
-        tree = sanity_tree(release)
+        tree = sanity_tree.make(os.path.join(ROOT, ".build", "sanity-%s" % release, "ansible_collections", "inferops", "blackwell"))
         log("ansible-core %s (Python %s): sanity, unit and artifact tests" % (release, PYTHON))
         with mounted(root):
             # both, whatever the first gave: one run says all that fails under the release
