@@ -176,8 +176,12 @@ test-matrix: debs venv link lab-images
 test-zoo: debs venv link lab-images
 	$(BIN)/molecule test --scenario-name zoo
 
+# default runs with the newest tested ansible-core (requirements/controllers.txt's last) as the controller, from the
+# Debian 13 root filesystem (tools/controllers.py molecule); the other scenarios with dev.txt's, the oldest supported.
+NEWEST_CONTROLLER_SCENARIOS := default
 molecule: debs venv link
-	@MOLECULE=$(BIN)/molecule tools/molecule-lanes $(MOLECULE_LOGS) $(MOLECULE_LANES)
+	@MOLECULE=$(BIN)/molecule NEWEST_CONTROLLER_SCENARIOS="$(NEWEST_CONTROLLER_SCENARIOS)" \
+	  NEWEST_CONTROLLER_MOLECULE="$(BIN)/python tools/controllers.py molecule" tools/molecule-lanes $(MOLECULE_LOGS) $(MOLECULE_LANES)
 
 # The whole story on a fresh two-node lab fleet (SIMULATED GPUs and SGLang; real systemd, toolkit, FlashInfer, compiles).
 LAB_PLAY := $(BIN)/ansible-playbook -i $(LAB_INVENTORY)

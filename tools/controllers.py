@@ -10,6 +10,9 @@ machine's network); each release in its own venv there, from PyPI.
   tools/controllers.py test [RELEASE...] under each release (default: the file's; another is a trial): ansible-test
                                          sanity with that release's empty ignore file, then the unit and artifact tests
   tools/controllers.py shell RELEASE     a shell in the root filesystem with that release's venv first on PATH
+  tools/controllers.py molecule SCENARIO molecule test --scenario-name SCENARIO with the newest release (the file's last)
+                                         as the controller: molecule, ansible-playbook and every play's localhost tasks
+                                         run there; the lab's own tool (labctl) runs on this machine (see lab_python)
 
 The root filesystem is the machine's (/var/cache/inferops-lab/controllers, like the lab's images); the working tree is
 bound into it at its own path, so .build/import's link and the tests' paths hold inside.
@@ -38,8 +41,9 @@ PYTHON = "3.13"
 MIRROR = os.environ.get("INFEROPS_LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # python3-venv for the venvs, git for ansible-test, shellcheck for its shellcheck test, gcc for the build store's unit
 # tests (a real ninja and gcc), gpg and its agent for the key fingerprint's unit tests (they make keys), tar and
-# ca-certificates for pip
-PACKAGES = ["python3", "python3-venv", "git", "shellcheck", "gcc", "libc6-dev", "gpg", "gpg-agent", "tar", "ca-certificates"]
+# ca-certificates for pip; openssh-client for molecule default's controller (its SSH to the lab nodes)
+PACKAGES = ["python3", "python3-venv", "git", "shellcheck", "gcc", "libc6-dev", "gpg", "gpg-agent", "tar", "ca-certificates",
+            "openssh-client"]
 RELEASES_FILE = os.path.join(ROOT, "requirements", "controllers.txt")
 TOOLS_FILE = os.path.join(ROOT, "requirements", "controller-tools.txt")
 # the machine's CA bundle: package traffic may pass a proxy whose CA only the machine's bundle holds
@@ -118,6 +122,20 @@ def mounted(root: str) -> t.Iterator[None]:
             subprocess.run(["umount", "-l", point], check=False)
 
 
+def lab_python(root: str) -> str:
+    """The command the scenarios run the lab's tool with (INFEROPS_LAB_PYTHON; where it is unset, ansible_playbook_python):
+    this machine's venv Python, run on this machine's root (labctl boots nodes with systemd-nspawn, ip and mounts of this
+    machine), entered from the root filesystem through this process's root (/proc/PID/root), in the same directory."""
+    path = os.path.join(root, "usr", "local", "bin", "inferops-lab-python")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\n# the lab's tool runs on the machine, outside this root filesystem (tools/controllers.py)\n"
+                     "exec chroot /proc/%d/root /usr/bin/env PATH=%s/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+                     "/bin/sh -c 'cd \"$0\" && exec \"$@\"' \"$PWD\" %s/.venv/bin/python \"$@\"\n" % (os.getpid(), ROOT, ROOT))
+    os.chmod(path, 0o755)
+    return "/usr/local/bin/inferops-lab-python"
+
+
 def mounts_under(root: str) -> t.List[str]:
     """The mount points at or below root (from /proc/self/mounts)."""
     found = []
@@ -130,23 +148,26 @@ def mounts_under(root: str) -> t.List[str]:
 
 
 @contextlib.contextmanager
-def one_at_a_time() -> t.Iterator[None]:
-    """One run of this tool per machine at a time (a second one waits): a run rebuilds or mounts into the root filesystem
-    another may be using."""
+def one_at_a_time(what: str = "build") -> t.Iterator[None]:
+    """One holder of what per machine at a time (a second one waits): build (making or rebuilding the root filesystem
+    and the venvs) or mounts (into the root filesystem itself: test, shell; a molecule run mounts into an overlay of its
+    own, and holds neither while it runs)."""
     os.makedirs(CACHE, exist_ok=True)
-    with open(os.path.join(CACHE, ".lock"), "w") as handle:
+    with open(os.path.join(CACHE, ".lock-" + what), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
 
-def inside(root: str, script: str, release: t.Optional[str] = None) -> int:
-    """script (bash) in the root filesystem, with the release's venv first on PATH; its exit status."""
+def inside(root: str, script: str, release: t.Optional[str] = None, passed: t.Optional[t.Dict[str, str]] = None) -> int:
+    """script (bash) in the root filesystem, with the release's venv first on PATH, and passed's variables; its exit
+    status."""
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     if release:
         path = "/opt/ansible-core-%s/bin:%s" % (release, path)
     env = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", "PIP_CERT": CA_BUNDLE, "SSL_CERT_FILE": CA_BUNDLE,
            "REQUESTS_CA_BUNDLE": CA_BUNDLE, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_DEFAULT_TIMEOUT": "180",
            "TERM": "dumb"}
+    env.update(passed or {})
     return subprocess.run(["chroot", root, "/bin/bash", "-euo", "pipefail", "-c", script], env=env, check=False).returncode
 
 
@@ -156,7 +177,8 @@ def build(wanted: t.Optional[t.List[str]] = None) -> str:
     root = rootfs()
     stamp = root + ".recipe"
     if not (os.path.isdir(root) and os.path.exists(stamp) and open(stamp).read().strip() == recipe()):
-        busy = mounts_under(root) + mounts_under(root + ".staging")
+        # a molecule run's overlay has the root filesystem as its lower layer
+        busy = mounts_under(root) + mounts_under(root + ".staging") + mounts_under(os.path.join(CACHE, "runs"))
         if busy:
             # never remove a tree something is mounted into (the working tree is, while a test runs)
             raise SystemExit("controllers: %s is to be rebuilt, but holds mounts (%s): end the run that made them, or "
@@ -175,18 +197,28 @@ def build(wanted: t.Optional[t.List[str]] = None) -> str:
         log("root filesystem: %.0f s" % (time.monotonic() - started))
     with open(TOOLS_FILE, "rb") as handle:
         tools_digest = hashlib.sha256(handle.read()).hexdigest()[:16]
-    with mounted(root):
-        for release in dict.fromkeys(releases() + (wanted or [])):
-            venv = "/opt/ansible-core-%s" % release
-            marker = os.path.join(root, venv.lstrip("/"), ".installed")
-            if not (os.path.exists(marker) and open(marker).read().strip() == tools_digest):
+    wanted_releases = list(dict.fromkeys(releases() + (wanted or [])))
+    pending = []
+    for release in wanted_releases:
+        marker = os.path.join(root, "opt", "ansible-core-%s" % release, ".installed")
+        if not (os.path.exists(marker) and open(marker).read().strip() == tools_digest):
+            pending.append(release)
+    if pending:
+        if mounts_under(os.path.join(CACHE, "runs")):
+            raise SystemExit("controllers: the venvs of ansible-core %s are to be made, but a molecule run uses the root "
+                             "filesystem (%s): let it end" % (", ".join(pending), ", ".join(mounts_under(os.path.join(CACHE, "runs")))))
+        # mounting into the root filesystem itself: never while a test or a shell is in it
+        with one_at_a_time("mounts"), mounted(root):
+            for release in pending:
+                venv = "/opt/ansible-core-%s" % release
                 log("ansible-core %s: its venv (Python %s)" % (release, PYTHON))
                 script = ("rm -rf {venv} && python3 -m venv {venv} && {venv}/bin/pip install --quiet ansible-core=={release} "
                           "-r {tools} && echo {digest} > {venv}/.installed")
                 rc = inside(root, script.format(venv=venv, release=release, tools=TOOLS_FILE, digest=tools_digest))
                 if rc != 0:
                     raise SystemExit("controllers: the venv of ansible-core %s failed (rc %d)" % (release, rc))
-            get_pip(root, release)
+    for release in wanted_releases:
+        get_pip(root, release)
     return root
 
 
@@ -216,9 +248,15 @@ def test(wanted: t.List[str]) -> int:
             raise SystemExit("controllers: %r is not an ansible-core release (X.Y.Z)" % release)
         if release not in known:
             log("ansible-core %s is not in %s (%s): a trial" % (release, RELEASES_FILE, ", ".join(known)))
-    root = build(wanted)
+    with one_at_a_time():
+        root = build(wanted)
+    with one_at_a_time("mounts"):
+        return test_in(root, wanted or known)
+
+
+def test_in(root: str, wanted: t.List[str]) -> int:
     failed = []
-    for release in wanted or known:
+    for release in wanted:
         started = time.monotonic()
         tree = sanity_tree.make(os.path.join(ROOT, ".build", "sanity-%s" % release, "ansible_collections", "inferops", "blackwell"))
         log("ansible-core %s (Python %s): sanity, unit and artifact tests" % (release, PYTHON))
@@ -236,25 +274,60 @@ def test(wanted: t.List[str]) -> int:
     return 0
 
 
+def molecule(root: str, scenario: str) -> int:
+    """molecule test of one scenario, the newest release the controller. The root filesystem is the lower layer of an
+    overlay of this run's own (so that make test's sanity run beside it mounts into another tree), removed at the end."""
+    release = releases()[-1]
+    run_dir = os.path.join(CACHE, "runs", "molecule-%d" % os.getpid())
+    merged = os.path.join(run_dir, "merged")
+    for sub in ("upper", "work", "merged"):
+        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s/upper,workdir=%s/work" % (root, run_dir, run_dir), merged])
+    try:
+        # what the scenario reads from the environment (the lab's state, the collection's path, the task costs' directory)
+        passed = {name: value for name, value in os.environ.items() if name.startswith(("INFEROPS_", "ANSIBLE_", "MOLECULE_"))}
+        passed["INFEROPS_LAB_PYTHON"] = lab_python(merged)
+        # a home at the same path on both sides, made empty: what the scenario hands the lab's tool under it (the build
+        # store's directory, which labctl store-server serves) is the directory the controller wrote
+        home = os.path.join(ROOT, ".build", "controller-home")
+        shutil.rmtree(home, ignore_errors=True)
+        os.makedirs(home)
+        passed["HOME"] = home
+        log("molecule %s with ansible-core %s (Python %s) as the controller" % (scenario, release, PYTHON))
+        with mounted(merged):
+            return inside(merged, "cd %s && ansible --version | head -n 1 && exec molecule test --scenario-name %s" % (ROOT, scenario),
+                          release, passed)
+    finally:
+        subprocess.run(["umount", "-l", merged], check=False)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def shell(release: str) -> int:
-    root = build([release])
-    with mounted(root):
+    with one_at_a_time():
+        root = build([release])
+    with one_at_a_time("mounts"), mounted(root):
         return inside(root, "cd %s && exec bash -i" % ROOT, release)
 
 
 def main(argv: t.List[str]) -> int:
     if os.geteuid() != 0:
         raise SystemExit("controllers: needs root (debootstrap, chroot, mount)")
-    if not argv or argv[0] not in ("build", "test", "shell"):
+    if not argv or argv[0] not in ("build", "test", "shell", "molecule"):
         print(__doc__)
         return 2
-    with one_at_a_time():
-        if argv[0] == "build":
+    if argv[0] == "molecule":
+        if len(argv) != 2:
+            raise SystemExit("controllers: molecule SCENARIO")
+        with one_at_a_time():
+            root = build()
+        return molecule(root, argv[1])
+    if argv[0] == "build":
+        with one_at_a_time():
             build()
-            return 0
-        if argv[0] == "shell":
-            return shell(argv[1])
-        return test(argv[1:])
+        return 0
+    if argv[0] == "shell":
+        return shell(argv[1])
+    return test(argv[1:])
 
 
 if __name__ == "__main__":

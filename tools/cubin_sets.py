@@ -28,7 +28,7 @@ import zipfile
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-FILES = os.path.join(ROOT, "plugins", "module_utils")
+FILES = os.path.join(ROOT, "roles", "inferops", "files")  # the venv side (the inferops role's file)
 # what `import flashinfer` needs on a CPU (torch's CPU build comes from this kind of machine's pip find-links)
 DEPS = ["torch==2.13.0", "numpy", "filelock", "fsspec", "jinja2", "markupsafe", "mpmath", "networkx", "sympy",
         "typing_extensions", "packaging", "requests", "tqdm", "click", "tabulate", "einops", "apache-tvm-ffi",

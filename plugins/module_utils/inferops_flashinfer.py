@@ -8,8 +8,12 @@ the caller's environment, so what it reports is what a service would get. Used b
 (flashinfer_view, flashinfer_verdict, jit_cache_warm, jit_cache_artifact), and installed on the node by
 inferops.blackwell.inferops beside its command's front (inferops_flashinfer_cli.py: the units' ExecStartPre=, the
 readiness timer, an operator at a shell). Runs on the node's own python3, standard library only; what must run in the
-SGLang venv's Python (FlashInfer's and SGLang's own code) is inferops_flashinfer_venv.py, installed beside this file and
-run as a separate process.
+SGLang venv's Python (FlashInfer's and SGLang's own code) is inferops_flashinfer_venv.py (the role's file, never run as
+a module), installed beside this file and run as a separate process.
+
+Every process this logic starts goes through the caller's runner (Run): a module gives AnsibleModule.run_command, the
+command's front a subprocess. What a process must see of the environment is in its argv (env -i NAME=value ...), so that
+both runners start the same command.
 """
 
 from __future__ import annotations
@@ -23,22 +27,31 @@ import pwd
 import shlex
 import shutil
 import struct
-import subprocess
 import sys
 import tarfile
 import time
 import typing as t
 
 sys.dont_write_bytecode = True  # nothing written beside the installed files when they are imported
-if __name__.startswith("ansible_collections."):  # in a module's payload (the collection's module_utils)
-    from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer_venv as venv_side
-else:  # installed on the node: the file beside this one, never another copy a node's own Ansible may hold
-    import inferops_flashinfer_venv as venv_side  # type: ignore[no-redef]
 
 CONFIG = "/etc/inferops/flashinfer.json"
-# the venv side's result line and its warm-up record: written once, there
-MARKER = venv_side.MARKER
-STAMP = venv_side.STAMP
+# the venv side's result line and its warm-up record (its MARKER and STAMP: a unit test holds them equal)
+MARKER = "INFEROPS-JSON:"
+STAMP = "inferops-warm.json"
+# the sha256 of the venv side as this release ships it (roles/inferops/files/inferops_flashinfer_venv.py): the modules
+# run the node's installed copy only when it is this one. A unit test holds it current (it names the new value).
+VENV_SIDE_SHA256 = "19c3516e419f518423c4305f7b6ec9d26f90759d4b2f5e66dbced46f5379c3d7"
+
+# runs argv (no shell, the caller's environment: what the process must see is in argv) -> (exit status, stdout, stderr);
+# raises OSError when the program cannot be started
+Run = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+
+
+def with_env(env: t.Dict[str, str], argv: t.List[str]) -> t.List[str]:
+    """argv run with exactly env as its environment (env -i: nothing of the caller's; argv[0] found on env's PATH)."""
+    if "=" in argv[0]:
+        raise ValueError("%r: a program whose name holds '=' cannot follow env's NAME=value arguments" % argv[0])
+    return ["env", "-i", "--", *["%s=%s" % item for item in sorted(env.items())], *argv]
 
 
 def read_config(path: str) -> t.Dict[str, t.Any]:
@@ -64,8 +77,13 @@ def sglang_configs(config: t.Dict[str, t.Any]) -> t.List[str]:
     return [os.path.join(directory, name) for name in names]
 
 
-# a file's sha256, as the venv side computes it for the derivation's inputs
-digest = venv_side.digest
+def digest(path: str) -> str:
+    """A file's sha256, as the venv side computes it for the derivation's inputs."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
 
 
 def read_env_file(path: str) -> t.Dict[str, str]:
@@ -99,7 +117,7 @@ def service_env(config: t.Dict[str, t.Any], pinned: t.Optional[t.Dict[str, str]]
 VENV_SIDE = "inferops_flashinfer_venv.py"
 
 
-def inner(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
+def inner(run: Run, config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
           max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
     """Run the venv side (script: its installed file, by default beside this one) for action, in the services'
     environment; its result, or {"error": ...}."""
@@ -110,13 +128,12 @@ def inner(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = Non
                "sglang_configs": config.get("sglang_config_files") or sglang_configs(config), "cubins": bool(config.get("cubins"))}
     pinned = read_env_file(config["env_file"])
     script = script or os.path.join(os.path.dirname(os.path.abspath(__file__)), VENV_SIDE)
-    done = subprocess.run([python, script, action, json.dumps(request)],
-                          env=service_env(config, pinned, max_jobs), capture_output=True, text=True, check=False)
-    for line in reversed(done.stdout.splitlines()):
+    rc, stdout, stderr = run(with_env(service_env(config, pinned, max_jobs), [python, script, action, json.dumps(request)]))
+    for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
             # the environment file as the services load it: the roles read it from here (the file's one parser)
             return dict(json.loads(line[len(MARKER):]), pinned=pinned)
-    return {"error": "the venv's Python exited %d: %s" % (done.returncode, (done.stderr or done.stdout).strip()[-2000:])}
+    return {"error": "the venv's Python exited %d: %s" % (rc, (stderr or stdout).strip()[-2000:])}
 
 
 def version_tuple(text: t.Optional[str]) -> t.Tuple[int, ...]:
@@ -278,20 +295,20 @@ def unit_names(config: t.Dict[str, t.Any]) -> t.List[str]:
     return [os.path.basename(path)[: -len(".yaml")] + ".service" for path in sglang_configs(config)]
 
 
-def systemd_units(units: t.List[str]) -> t.Dict[str, t.Dict[str, t.List[str]]]:
+def systemd_units(run: Run, units: t.List[str]) -> t.Dict[str, t.Dict[str, t.List[str]]]:
     """systemctl show for the units, each property's values (EnvironmentFiles= comes once per file). systemd unreachable:
     every unit's entry holds only "Error" (the cause), so that no caller takes it for a unit without settings."""
     if not units:
         return {}
     try:
-        done = subprocess.run(["systemctl", "show", *["--property=" + name for name in UNIT_PROPERTIES], "--", *units],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        rc, stdout, stderr = run(["timeout", "30", "systemctl", "show", *["--property=" + name for name in UNIT_PROPERTIES], "--", *units])
+    except OSError as error:
         return {unit: {"Error": [str(error)]} for unit in units}
-    if done.returncode != 0:
-        return {unit: {"Error": [(done.stderr or done.stdout).strip()[-300:] or "exit %d" % done.returncode]} for unit in units}
+    if rc != 0:
+        cause = "no answer in 30 s" if rc == 124 else (stderr or stdout).strip()[-300:] or "exit %d" % rc
+        return {unit: {"Error": [cause]} for unit in units}
     found: t.Dict[str, t.Dict[str, t.List[str]]] = {}
-    for block in done.stdout.strip().split("\n\n"):
+    for block in stdout.strip().split("\n\n"):
         props: t.Dict[str, t.List[str]] = {}
         for line in block.splitlines():
             name, separator, value = line.partition("=")
@@ -341,7 +358,7 @@ def settings_environment(props: t.Dict[str, t.List[str]]) -> t.Tuple[t.Dict[str,
     return env, origin, unreadable
 
 
-def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str, str], how: str, *,
+def environment_problems(run: Run, config: t.Dict[str, t.Any], unit: str, env: t.Dict[str, str], how: str, *,
                          props: t.Optional[t.Dict[str, t.List[str]]] = None,
                          origin: t.Optional[t.Dict[str, str]] = None) -> t.List[t.Tuple[str, str]]:
     """The pinned names whose value differs in what the unit runs with (env), named with where they come from."""
@@ -351,7 +368,7 @@ def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str,
         return []
     wrong = ["%s=%s (pinned: %s)" % (name, env[name] if name in env else "<unset>", pinned[name]) for name in names]
     if props is None:
-        props = systemd_units([unit]).get(unit) or {}
+        props = systemd_units(run, [unit]).get(unit) or {}
     if origin is None:
         # which of the unit's settings sets each name (systemd's account of them; the process itself cannot say)
         origin = settings_environment(props)[1]
@@ -370,12 +387,12 @@ def environment_problems(config: t.Dict[str, t.Any], unit: str, env: t.Dict[str,
                  ", ".join(dropins) or "none", ", ".join(files) or "none"))]
 
 
-def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+def units_environment_problems(run: Run, config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str, str]]:
     """Each SGLang unit that is enabled or running, from outside it: what its main process runs with, if it runs, and
     what it would start with now (a drop-in added since its start shows there before a restart makes it fail)."""
     problems: t.List[t.Tuple[str, str]] = []
     units = unit_names(config)
-    shown = systemd_units(units)
+    shown = systemd_units(run, units)
     for unit in units:
         props = shown.get(unit)
         if not props:
@@ -392,7 +409,7 @@ def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str
         pid = int((props.get("MainPID") or ["0"])[0] or 0)
         running = process_environment(pid) if pid > 0 and state == "active" else None
         if running is not None:
-            problems += environment_problems(config, unit, running, "runs with", props=props, origin=origin)
+            problems += environment_problems(run, config, unit, running, "runs with", props=props, origin=origin)
         files = [entry.partition(" ")[0] for entry in props.get("EnvironmentFiles") or []]
         # root-only files (sglang_service_secrets) come before the pinned file, which wins over them: only a file read
         # after the pinned one could change a pinned name
@@ -401,7 +418,7 @@ def units_environment_problems(config: t.Dict[str, t.Any]) -> t.List[t.Tuple[str
             problems.append(("unit_environment", "%s: its environment differs from the pinned one, or may: it would start "
                              "with %s, which %s cannot read. Fix: make them readable, or move their names to cuda_env_extra."
                              % (unit, ", ".join(sorted(set(unreadable) & later)), pwd.getpwuid(os.getuid()).pw_name)))
-        problems += [problem for problem in environment_problems(config, unit, env, "would start with", props=props, origin=origin)
+        problems += [problem for problem in environment_problems(run, config, unit, env, "would start with", props=props, origin=origin)
                      if problem not in problems]
     return problems
 
@@ -543,7 +560,7 @@ def retime_deps_log(path: str, mtime_ns: int) -> int:
     return changed
 
 
-def import_artifact(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any], archive_path: str, sha256: str) -> t.Dict[str, t.Any]:
+def import_artifact(run: Run, config: t.Dict[str, t.Any], view: t.Dict[str, t.Any], archive_path: str, sha256: str) -> t.Dict[str, t.Any]:
     """Check an artifact from the store against this node and put it in place; ValueError says why it is refused.
 
     Refused unless: the file's sha256 is the store's, its fingerprint is this node's, every member is a regular file
@@ -610,10 +627,10 @@ def import_artifact(config: t.Dict[str, t.Any], view: t.Dict[str, t.Any], archiv
         if os.path.isfile(deps_log):
             retime_deps_log(deps_log, now)
         ninja = ["ninja", "-C", build_dir, "-f", os.path.join(build_dir, "build.ninja")]
-        subprocess.run(ninja + ["-t", "restat"], env=env, capture_output=True, text=True, check=False)
-        dry = subprocess.run(ninja + ["-n", "-d", "explain"], env=env, capture_output=True, text=True, check=False)
-        if dry.returncode != 0 or "no work to do" not in dry.stdout:
-            stale.append("%s: %s" % (uri, (dry.stderr or dry.stdout).strip().splitlines()[:1]))
+        run(with_env(env, ninja + ["-t", "restat"]))
+        rc, stdout, stderr = run(with_env(env, ninja + ["-n", "-d", "explain"]))
+        if rc != 0 or "no work to do" not in stdout:
+            stale.append("%s: %s" % (uri, (stderr or stdout).strip().splitlines()[:1]))
     if stale:
         for uri in uris:
             for sub in ("cached_ops", "generated"):
@@ -642,7 +659,7 @@ class WarmLock:
 
 # What the modules (inferops.blackwell.flashinfer_view, flashinfer_verdict, jit_cache_warm, jit_cache_artifact) and the
 # command below call: each returns what it found, the command prints it.
-def view_of(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
+def view_of(run: Run, config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = None,
             sglang_config_files: t.Optional[t.List[str]] = None) -> t.Dict[str, t.Any]:
     """probe, plan or parse (read only). sglang_config_files: candidate configurations instead of sglang_config_dir's
     (plan, parse). A plan of the services' own configurations also says what the preflight would say of the node as it
@@ -652,7 +669,7 @@ def view_of(config: t.Dict[str, t.Any], action: str, script: t.Optional[str] = N
         raise ValueError("view_of: probe, plan or parse, not %r" % action)
     if sglang_config_files:
         config = dict(config, sglang_config_files=[os.path.abspath(path) for path in sglang_config_files])
-    view = inner(config, action, script)
+    view = inner(run, config, action, script)
     if action == "plan" and not sglang_config_files:
         view["problems"] = check(config, view)
     return view
@@ -664,7 +681,7 @@ def workspace_base(env: t.Dict[str, str]) -> str:
     return env.get("FLASHINFER_WORKSPACE_BASE") or pwd.getpwuid(os.getuid()).pw_dir
 
 
-def warm(config: t.Dict[str, t.Any], script: t.Optional[str] = None, max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+def warm(run: Run, config: t.Dict[str, t.Any], script: t.Optional[str] = None, max_jobs: t.Optional[str] = None) -> t.Dict[str, t.Any]:
     """Build what the cache lacks and record the derivation (one warm-up per node at a time); the venv side's report."""
     env = read_env_file(config["env_file"])
     for name in ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"):
@@ -673,21 +690,21 @@ def warm(config: t.Dict[str, t.Any], script: t.Optional[str] = None, max_jobs: t
         if env.get(name):
             os.makedirs(env[name], mode=0o755, exist_ok=True)
     with WarmLock(workspace_base(env)):
-        return inner(config, "warm", script, max_jobs)
+        return inner(run, config, "warm", script, max_jobs)
 
 
-def verdict(config: t.Dict[str, t.Any], script: t.Optional[str] = None, unit: t.Optional[str] = None,
+def verdict(run: Run, config: t.Dict[str, t.Any], script: t.Optional[str] = None, *, unit: t.Optional[str] = None,
             unit_env: t.Optional[t.Dict[str, str]] = None,
             units: bool = False) -> t.Tuple[t.Dict[str, t.Any], t.List[t.Tuple[str, str]]]:
     """The preflight: FlashInfer's view and each (cause, text with the fix) that would stop a service; none when it
     would start. unit (with unit_env, the environment systemd gave it): that unit's environment must hold every pinned
     value; units: the same for each enabled or running SGLang unit, seen from outside it."""
-    view = inner(config, "probe", script)
+    view = inner(run, config, "probe", script)
     problems = diagnose(config, view)
     if unit:
-        problems += environment_problems(config, unit, dict(unit_env or {}), "starts with")
+        problems += environment_problems(run, config, unit, dict(unit_env or {}), "starts with")
     if units:
-        problems += units_environment_problems(config)
+        problems += units_environment_problems(run, config)
     return view, problems
 
 
@@ -707,21 +724,21 @@ def verdict_lines(view: t.Dict[str, t.Any], unit: t.Optional[str] = None) -> t.L
     return lines
 
 
-def artifact(config: t.Dict[str, t.Any], action: str, path: str, sha256: t.Optional[str] = None,
+def artifact(run: Run, config: t.Dict[str, t.Any], action: str, path: str, *, sha256: t.Optional[str] = None,
              script: t.Optional[str] = None) -> t.Tuple[bool, t.Dict[str, t.Any]]:
     """The build store's two ends: export (pack this node's build into path) or import (check the artifact at path,
     whose store checksum is sha256, and put it in place). (True, what was done) or (False, {error, fingerprint}): a
     refused import leaves nothing of it in the cache."""
     if action not in ("export", "import") or (action == "import" and not sha256):
         raise ValueError("artifact: export, or import with the store's sha256")
-    view = inner(config, "plan", script)
+    view = inner(run, config, "plan", script)
     try:
         if view.get("error"):
             raise ValueError("FlashInfer cannot start in the services' environment: %s" % view["error"])
         if action == "export":
             return True, export_artifact(view, path)
         with WarmLock(workspace_base(read_env_file(config["env_file"]))):
-            return True, import_artifact(config, view, path, str(sha256))
+            return True, import_artifact(run, config, view, path, str(sha256))
     except (ValueError, OSError) as exc:
         return False, {"error": str(exc), "fingerprint": view.get("fingerprint")}
 

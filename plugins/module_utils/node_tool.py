@@ -6,15 +6,12 @@ checked before FlashInfer is started."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import typing as t
 
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_sglang_plan as planner
-
-# the files the venv's Python runs, installed on the node by inferops.blackwell.inferops from this collection (imported
-# here so that the module's payload holds them, to compare)
-INSTALLED = (tool.venv_side, planner)
 
 NODE_TOOL_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
     "config": {"type": "path", "default": tool.CONFIG},
@@ -23,19 +20,33 @@ NODE_TOOL_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
 }
 
 
+def runner(module: t.Any) -> tool.Run:
+    """The node tool's runner in a module: AnsibleModule.run_command, argv as given (no expansion of ~ or $NAME, no
+    shell), undecodable output replaced rather than failing; OSError when the program cannot be started."""
+    def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
+        rc, stdout, stderr = module.run_command(argv, expand_user_and_vars=False, handle_exceptions=False,
+                                                errors="surrogate_then_replace")
+        return rc, stdout, stderr
+    return run
+
+
+def installed_digests() -> t.Dict[str, str]:
+    """The sha256 of each file the venv's Python runs, as this release ships it: the venv side (the role's file, never
+    in a module's payload: its digest is kept in module_utils) and the planner (in the payload: its own bytes)."""
+    ours = planner.__spec__.loader.get_data(planner.__spec__.origin)  # whichever loader imported it (file, zip, Ansible's)
+    return {tool.VENV_SIDE: tool.VENV_SIDE_SHA256, "inferops_sglang_plan.py": hashlib.sha256(ours).hexdigest()}
+
+
 def installed_problem(library: str) -> t.Optional[str]:
     """Why the node's installed venv side cannot serve this module (missing, or another release's); None when it can."""
-    for module in INSTALLED:
-        path = os.path.join(library, module.__name__.rsplit(".", 1)[-1] + ".py")
-        # the payload's own copy, through whichever loader imported it (a file, the payload's zip, Ansible's loader)
-        ours = module.__spec__.loader.get_data(module.__spec__.origin)
+    for name, wanted in installed_digests().items():
+        path = os.path.join(library, name)
         try:
-            with open(path, "rb") as handle:
-                theirs = handle.read()
+            found = tool.digest(path)
         except OSError as exc:
             return ("no node tool at %s (%s): the inferops.blackwell.flashinfer role installs it (its install step); "
                     "library is the directory of inferops_tool_lib" % (path, exc.strerror))
-        if theirs != ours:
+        if found != wanted:
             return ("%s is not this collection's (another release installed it): run the inferops.blackwell.flashinfer "
                     "role (its install step reinstalls the node tool), then this again" % path)
     return None

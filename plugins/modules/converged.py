@@ -112,7 +112,6 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
 import typing as t
 import urllib.error
 
@@ -184,17 +183,31 @@ def unit_name(unit: str) -> str:
     return unit if "." in unit else unit + ".service"
 
 
-def show_units(units: t.List[str]) -> t.Dict[str, t.Any]:
+# runs argv (no shell) -> (exit status, stdout, stderr): the module's run_command (Runner below)
+Run = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+
+
+def runner(module: AnsibleModule) -> Run:
+    """module.run_command with argv as given: dpkg-query's ${Package} and the like are not the shell's or Ansible's to expand."""
+    def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
+        rc, stdout, stderr = module.run_command(argv, expand_user_and_vars=False, handle_exceptions=False,
+                                                errors="surrogate_then_replace")
+        return rc, stdout, stderr
+    return run
+
+
+def show_units(run: Run, units: t.List[str]) -> t.Dict[str, t.Any]:
     """Every unit's (full names, each once) state and settings from one systemctl call: per unit, each property's values (a property systemd
     gives once per entry, such as EnvironmentFiles=, has several); or the call's error, as a string."""
     if not units:
         return {}
     try:
-        result = subprocess.run(["systemctl", "show", "--property=" + ",".join(("Id",) + UNIT_STATE + UNIT_SETTINGS), *units],
-                                capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        rc, stdout, _stderr = run(["timeout", "30", "systemctl", "show", "--property=" + ",".join(("Id",) + UNIT_STATE + UNIT_SETTINGS), *units])
+    except OSError as error:
         return {unit: "unknown (%s)" % error for unit in units}
-    blocks = result.stdout.strip().split("\n\n")
+    if rc == 124:
+        return {unit: "unknown (systemctl show: no answer in 30 s)" for unit in units}
+    blocks = stdout.strip().split("\n\n")
     found: t.Dict[str, t.Any] = {}
     for unit, block in zip(units, blocks + [""] * (len(units) - len(blocks))):
         props: t.Dict[str, t.List[str]] = {}
@@ -238,13 +251,14 @@ def health_value(url: str) -> str:
     return "healthy" if status == 200 else "unhealthy (HTTP %d)" % status
 
 
-def debs_value(packages: t.List[str]) -> str:
+def debs_value(run: Run, packages: t.List[str]) -> str:
     try:
-        result = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *packages],
-                                capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        rc, stdout, _stderr = run(["timeout", "30", "dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *packages])
+    except OSError as error:
         return "unknown (%s)" % error
-    found = sorted(line.strip() for line in result.stdout.splitlines() if line.strip())
+    if rc == 124:
+        return "unknown (dpkg-query: no answer in 30 s)"
+    found = sorted(line.strip() for line in stdout.splitlines() if line.strip())
     missing = sorted(set(packages) - {line.split()[0] for line in found})
     return "; ".join(found + ["%s not installed" % name for name in missing])
 
@@ -290,10 +304,10 @@ def item_label(item: t.Dict[str, t.Any]) -> str:
     raise ValueError("an item needs path, unit, unit_setting, health_url or debs: %s" % json.dumps(item, sort_keys=True))
 
 
-def current_values(items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
+def current_values(run: Run, items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
     """What each item is now, in the order given (the units in one systemctl call)."""
-    units = show_units(sorted({unit_name(str(item.get("unit") or item.get("unit_setting"))) for item in items
-                               if item.get("unit") or item.get("unit_setting")}))
+    named = {unit_name(str(item.get("unit") or item.get("unit_setting"))) for item in items if item.get("unit") or item.get("unit_setting")}
+    units = show_units(run, sorted(named))
     values = []
     for item in items:
         if item.get("path"):
@@ -306,7 +320,7 @@ def current_values(items: t.List[t.Dict[str, t.Any]]) -> t.List[str]:
         elif item.get("health_url"):
             values.append(health_value(str(item["health_url"])))
         else:
-            values.append(debs_value([str(name) for name in item["debs"]]))
+            values.append(debs_value(run, [str(name) for name in item["debs"]]))
     return values
 
 
@@ -346,7 +360,7 @@ def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
     return record if isinstance(record, dict) and record.get("format") == FORMAT else None
 
 
-def check(path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
+def check(run: Run, path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
     record = read_record(path)
     if record is None:
         return {"converged": False, "report": {},
@@ -356,7 +370,7 @@ def check(path: str, key: t.Dict[str, t.Dict[str, str]]) -> t.Dict[str, t.Any]:
     if record.get("system") != system():
         drift.append({"role": "site.yml", "what": "the node's system", "want": str(record.get("system")), "have": system()})
     items = record.get("items") or []
-    for item, now in zip(items, current_values(items)):
+    for item, now in zip(items, current_values(run, items)):
         # a service must answer now, whatever it answered then
         want = "healthy" if item.get("health_url") else str(item.get("value"))
         if now != want:
@@ -373,7 +387,7 @@ def record(module: AnsibleModule, path: str, key: t.Dict[str, t.Any], items: t.L
         labels = [item_label(item) for item in items]
     except (ValueError, KeyError, AttributeError) as error:
         module.fail_json(msg="converged: items: %s" % error)
-    entries = [dict(item, value=value) for item, value in zip(items, current_values(items))]
+    entries = [dict(item, value=value) for item, value in zip(items, current_values(runner(module), items))]
     unhealthy = [{"role": str(entry.get("role", "?")), "what": label, "want": "healthy", "have": entry["value"]}
                  for label, entry in zip(labels, entries) if entry.get("health_url") and entry["value"] != "healthy"]
     if unhealthy:
@@ -414,7 +428,7 @@ def main() -> None:
     )
     params = module.params
     if params["state"] == "check":
-        module.exit_json(changed=False, key=params["key"], **check(params["path"], params["key"]))
+        module.exit_json(changed=False, key=params["key"], **check(runner(module), params["path"], params["key"]))
     module.exit_json(**record(module, params["path"], params["key"], params["items"], params["report"]))
 
 

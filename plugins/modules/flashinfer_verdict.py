@@ -78,7 +78,7 @@ view:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
-from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool
+from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool, runner
 
 
 def main() -> None:
@@ -87,7 +87,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     config, script = node_tool(module)
-    view, causes = tool.verdict(config, script, units=module.params["units"])
+    view, causes = tool.verdict(runner(module), config, script, units=module.params["units"])
     problems = [text for _cause, text in causes]
     module.exit_json(changed=False, ready=not problems, problems=problems, view=view,
                      lines=[] if problems else tool.verdict_lines(view))

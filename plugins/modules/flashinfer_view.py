@@ -157,7 +157,7 @@ view:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
-from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool
+from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool, runner
 
 
 def main() -> None:
@@ -170,7 +170,7 @@ def main() -> None:
     if module.params["sglang_configs"] and module.params["view"] == "probe":
         module.fail_json(msg="sglang_configs goes with view=plan or view=parse")
     config, script = node_tool(module)
-    module.exit_json(changed=False, view=tool.view_of(config, module.params["view"], script, module.params["sglang_configs"]))
+    module.exit_json(changed=False, view=tool.view_of(runner(module), config, module.params["view"], script, module.params["sglang_configs"]))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ fingerprint:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
-from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool
+from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool, runner
 
 
 def main() -> None:
@@ -93,7 +93,7 @@ def main() -> None:
     )
     config, script = node_tool(module)
     operation = module.params["operation"]
-    done, result = tool.artifact(config, operation, module.params["path"], module.params["sha256"], script)
+    done, result = tool.artifact(runner(module), config, operation, module.params["path"], sha256=module.params["sha256"], script=script)
     if done:
         module.exit_json(changed=operation == "import", refused=False, artifact=result)
     if operation == "export":

@@ -63,7 +63,7 @@ view:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
-from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool
+from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool, runner
 
 
 def main() -> None:
@@ -74,7 +74,7 @@ def main() -> None:
     if module.params["max_jobs"] < 0:
         module.fail_json(msg="max_jobs must be 0 (FlashInfer's default) or more, not %d" % module.params["max_jobs"])
     config, script = node_tool(module)
-    view = tool.warm(config, script, str(module.params["max_jobs"]) if module.params["max_jobs"] else None)
+    view = tool.warm(runner(module), config, script, str(module.params["max_jobs"]) if module.params["max_jobs"] else None)
     if view.get("error"):
         module.fail_json(msg=view["error"], view=view)
     module.exit_json(changed=any(entry.get("built") for entry in view.get("modules", [])), view=view)

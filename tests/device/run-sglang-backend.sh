@@ -98,18 +98,21 @@ case " ${CHECKS:-backend} " in *" triton "*) run_check triton ;; esac
 # the derivation and warm-up over the configurations whose attention is not Triton's (Triton's asks FlashInfer for
 # sampling only); those are planned on their own (plan-triton.out), so a failure there stops nothing else
 [ -n "$other_configs" ] || { touch "$out/done"; exit 0; }  # Triton's configurations only: nothing to derive or warm
-side=plugins/module_utils/inferops_flashinfer_venv.py
+# the venv side as the inferops role installs it: beside the planner it imports
+side_dir=$(mktemp -d)
+cp roles/inferops/files/inferops_flashinfer_venv.py plugins/module_utils/inferops_sglang_plan.py "$side_dir"/
+side=$side_dir/inferops_flashinfer_venv.py
 request() { $py -c 'import json, sys; print(json.dumps({"modules": [], "derive": True, "sglang_configs": sys.argv[1:]}))' "$@"; }
 # shellcheck disable=SC2086
 request=$(request $other_configs)
 if [ -n "$triton_configs" ]; then
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  $py $side plan "$(request $triton_configs)" > "$out/plan-triton.out" 2> "$out/plan-triton.err"; step plan-triton $? $(( $(date +%s) - t0 ))
+  $py "$side" plan "$(request $triton_configs)" > "$out/plan-triton.out" 2> "$out/plan-triton.err"; step plan-triton $? $(( $(date +%s) - t0 ))
 fi
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/gpu-memory-before.txt"
 t0=$(date +%s)
-$py $side plan "$request" > "$out/plan.out" 2> "$out/plan.err" & pid=$!
+$py "$side" plan "$request" > "$out/plan.out" 2> "$out/plan.err" & pid=$!
 peak=0
 while kill -0 $pid 2>/dev/null; do
   used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1); [ "${used:-0}" -gt "$peak" ] && peak=$used
@@ -120,7 +123,7 @@ echo "GPU memory used (MiB) before the plan: $(cat "$out/gpu-memory-before.txt")
 step plan $rc $(( $(date +%s) - t0 ))
 if [ -n "${PLAN_ONLY:-}" ]; then touch "$out/done"; exit 0; fi  # the derivation alone (PLAN_ONLY=1): minutes of warm-up saved
 t0=$(date +%s)
-$py $side warm "$request" > "$out/warm.out" 2> "$out/warm.err"; step warm $? $(( $(date +%s) - t0 ))
+$py "$side" warm "$request" > "$out/warm.out" 2> "$out/warm.err"; step warm $? $(( $(date +%s) - t0 ))
 for check in ${CHECKS:-backend}; do
   [ "$check" = triton ] || run_check "$check"
 done

@@ -45,3 +45,31 @@ def test_a_root_that_holds_mounts_is_not_rebuilt(tmp_path: pathlib.Path, monkeyp
 def test_mounts_under_reads_this_machine_s_mounts() -> None:
     assert "/proc" in controllers.mounts_under("/proc")
     assert controllers.mounts_under("/nonexistent-inferops-path") == []
+
+
+def test_venvs_are_not_remade_under_a_molecule_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A molecule run's overlay has the root filesystem as its lower layer: a venv to make then is refused, not made."""
+    monkeypatch.setattr(controllers, "CACHE", str(tmp_path))
+    root = controllers.rootfs()
+    os.makedirs(root)
+    (tmp_path / (controllers.SUITE + ".recipe")).write_text(controllers.recipe() + "\n")
+    runs = os.path.join(str(tmp_path), "runs")
+    monkeypatch.setattr(controllers, "mounts_under", lambda path: [os.path.join(path, "molecule-1", "merged")] if path == runs else [])
+    monkeypatch.setattr(controllers, "inside", lambda *args, **kwargs: pytest.fail("a venv was made under a molecule run"))
+    with pytest.raises(SystemExit, match="a molecule run uses the root filesystem"):
+        controllers.build()
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".venv", "bin", "python")),
+                    reason="this machine's venv (make venv); not inside tools/controllers.py's root filesystem, where it cannot run")
+def test_the_lab_python_runs_on_this_machine_in_the_callers_directory(tmp_path: pathlib.Path) -> None:
+    """INFEROPS_LAB_PYTHON, as molecule's plays inside the root filesystem run it: this machine's venv Python, entered
+    through this process's root, in the directory it was called from, with its arguments as given."""
+    command = controllers.lab_python(str(tmp_path / "root"))
+    script = tmp_path / "root" / command.lstrip("/")
+    here = tmp_path / "a dir"
+    here.mkdir()
+    done = controllers.subprocess.run([str(script), "-c", "import os, sys; print(os.getcwd(), sys.prefix, sys.argv[1:])", "x y", "$HOME"],
+                                      cwd=str(here), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "%s %s ['x y', '$HOME']" % (here, os.path.join(ROOT, ".venv"))

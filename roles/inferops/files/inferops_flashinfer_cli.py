@@ -65,6 +65,12 @@ sys.dont_write_bytecode = True  # nothing written beside the installed files whe
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inferops_flashinfer.py")
 
 
+def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
+    """The logic's runner here (the modules give theirs, AnsibleModule.run_command): argv, no shell."""
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
 def load_tool(path: str) -> t.Any:
     """The tool's logic from its installed file (inferops_tool_lib), whatever its name; the files it imports are beside it."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -130,7 +136,7 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     if args.command == "verdict":
-        view, causes = tool.verdict(config, units=True)
+        view, causes = tool.verdict(run, config, units=True)
         print(json.dumps({"view": view, "problems": causes}, sort_keys=True))
         return 0
     if (args.unit or args.units) and args.command != "check":
@@ -140,18 +146,18 @@ def main(argv: t.Optional[t.List[str]] = None) -> int:
     if args.command in ("export", "import"):
         if (args.command == "export" and not args.output) or (args.command == "import" and not (args.archive and args.sha256)):
             parser.error("export needs --output; import needs --archive and --sha256")
-        done, result = tool.artifact(config, args.command, args.output or args.archive, args.sha256)
+        done, result = tool.artifact(run, config, args.command, args.output or args.archive, sha256=args.sha256)
         print(json.dumps(result, sort_keys=True))
         return 0 if done else 3 if args.command == "import" else 1
     if args.command in ("probe", "plan", "parse"):
-        view = tool.view_of(config, args.command, sglang_config_files=args.sglang_config)
+        view = tool.view_of(run, config, args.command, sglang_config_files=args.sglang_config)
         print(json.dumps(view, indent=2, sort_keys=True))
         return 1 if args.command in ("plan", "parse") and view.get("error") else 0
     if args.command == "warm":
-        view = tool.warm(config, max_jobs=os.environ.get("INFEROPS_MAX_JOBS"))
+        view = tool.warm(run, config, max_jobs=os.environ.get("INFEROPS_MAX_JOBS"))
         print(json.dumps(view, indent=2, sort_keys=True))
         return 1 if view.get("error") else 0
-    view, causes = tool.verdict(config, unit=args.unit, unit_env=dict(os.environ), units=args.units)
+    view, causes = tool.verdict(run, config, unit=args.unit, unit_env=dict(os.environ), units=args.units)
     if causes:
         for _cause, text in causes:
             print("inferops-flashinfer check: FAIL: " + text, file=sys.stderr)

@@ -23,7 +23,10 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
 import inferops_flashinfer as tool  # noqa: E402 -- plugins/module_utils/inferops_flashinfer.py
+
+sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
 import pytest  # noqa: E402
+from inferops_flashinfer_cli import run  # noqa: E402 -- the command's runner (a subprocess), as on the node
 
 NINJA = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 pytestmark = pytest.mark.skipif(NINJA is None or shutil.which("gcc") is None, reason="needs ninja and gcc (make venv, make debs)")
@@ -77,7 +80,7 @@ def test_an_imported_build_is_one_ninja_would_not_rebuild(node: t.Dict[str, t.An
     # the warm-up record; build.ninja, .ninja_log, .ninja_deps, kernel.o, sampling.so; generated/sampling/kernel.c
     assert exported["files"] == 7
     wipe(node)
-    result = tool.import_artifact(node["config"], node["view"], node["artifact"], exported["sha256"])
+    result = tool.import_artifact(run, node["config"], node["view"], node["artifact"], exported["sha256"])
     assert result["imported"] == 7
     dry = ninja(node["build_dir"], "-n", "-d", "explain")
     assert "no work to do" in dry.stdout, dry.stderr
@@ -104,7 +107,7 @@ def test_a_corrupted_artifact_is_refused_and_leaves_nothing(node: t.Dict[str, t.
         handle.seek(100)
         handle.write(b"\0\0\0\0")
     with pytest.raises(ValueError, match="checksum mismatch"):
-        tool.import_artifact(node["config"], node["view"], node["artifact"], exported["sha256"])
+        tool.import_artifact(run, node["config"], node["view"], node["artifact"], exported["sha256"])
     assert not (node["workspace"] / "cached_ops").exists()
 
 
@@ -112,7 +115,7 @@ def test_another_fingerprint_is_refused(node: t.Dict[str, t.Any]) -> None:
     exported = tool.export_artifact(node["view"], node["artifact"])
     wipe(node)
     with pytest.raises(ValueError, match=r"fingerprint f+ is not this node.s 0+"):
-        tool.import_artifact(node["config"], dict(node["view"], fingerprint="0" * 32), node["artifact"], exported["sha256"])
+        tool.import_artifact(run, node["config"], dict(node["view"], fingerprint="0" * 32), node["artifact"], exported["sha256"])
     assert not (node["workspace"] / "cached_ops").exists()
 
 
@@ -127,7 +130,7 @@ def test_a_member_outside_the_modules_is_refused(node: t.Dict[str, t.Any], tmp_p
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     with pytest.raises(ValueError, match="unexpected member"):
-        tool.import_artifact(node["config"], node["view"], node["artifact"], tool.digest(node["artifact"]))
+        tool.import_artifact(run, node["config"], node["view"], node["artifact"], tool.digest(node["artifact"]))
     assert not (tmp_path / ".bashrc").exists()
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,6 +21,26 @@ sys.path.insert(0, os.path.join(ROOT, "roles", "inferops", "files"))
 import inferops_flashinfer_cli as cli  # noqa: E402 -- roles/inferops/files/inferops_flashinfer_cli.py, the command's front
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+
+
+def split_env(argv: t.List[str]) -> t.Tuple[t.Dict[str, str], t.List[str]]:
+    """(the environment, the command) of a runner's argv that replaces the environment (env -i -- NAME=value ... argv)."""
+    assert argv[:3] == ["env", "-i", "--"], argv
+    end = next(index for index in range(3, len(argv)) if "=" not in argv[index])
+    return dict(item.split("=", 1) for item in argv[3:end]), argv[end:]
+
+
+def replying(stdout: str, seen: t.Optional[t.List[t.List[str]]] = None, rc: int = 0, stderr: str = "") -> tool.Run:
+    """A runner that records each argv and answers (rc, stdout, stderr)."""
+    def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
+        if seen is not None:
+            seen.append(argv)
+        return rc, stdout, stderr
+    return run
+
+
+def unstartable(argv: t.List[str]) -> t.Tuple[int, str, str]:
+    raise OSError(2, "No such file or directory", argv[0])
 
 
 @pytest.fixture(autouse=True)
@@ -106,21 +127,15 @@ def test_a_missing_venv_python_is_named(node: t.Dict[str, t.Any]) -> None:
 
 def test_the_venv_side_is_run_as_the_file_installed_beside_the_tool(node: t.Dict[str, t.Any], monkeypatch: t.Any) -> None:
     """The venv's Python runs inferops_flashinfer_venv.py from the tool's own directory (the role installs both there)."""
-    argv: t.List[str] = []
-
-    def fake_run(command: t.List[str], **_: t.Any) -> t.Any:
-        argv.extend(command)
-        return type("Done", (), {"returncode": 0, "stderr": "", "stdout": tool.MARKER + "{}"})()
-
-    monkeypatch.setattr(tool.subprocess, "run", fake_run)
-    tool.inner(node, "probe")
+    seen: t.List[t.List[str]] = []
+    tool.inner(replying(tool.MARKER + "{}", seen), node, "probe")
+    _env, argv = split_env(seen[0])
     assert argv[0] == os.path.join(node["venv"], "bin", "python")
-    assert argv[1] == os.path.join(ROOT, "plugins", "module_utils", "inferops_flashinfer_venv.py")
+    assert argv[1] == os.path.join(os.path.dirname(tool.__file__), "inferops_flashinfer_venv.py")
     assert argv[2] == "probe" and json.loads(argv[3])["modules"] == ["sampling"]
     # a module (whose payload is not a file on the node) names the installed copy
-    del argv[:]
-    tool.inner(node, "plan", script="/usr/local/lib/inferops/inferops_flashinfer_venv.py")
-    assert argv[1:3] == ["/usr/local/lib/inferops/inferops_flashinfer_venv.py", "plan"]
+    tool.inner(replying(tool.MARKER + "{}", seen), node, "plan", script="/usr/local/lib/inferops/inferops_flashinfer_venv.py")
+    assert split_env(seen[1])[1][1:3] == ["/usr/local/lib/inferops/inferops_flashinfer_venv.py", "plan"]
 
 
 def with_configs(node: t.Dict[str, t.Any], tmp_path: t.Any, **files: str) -> t.Dict[str, t.Any]:
@@ -313,14 +328,9 @@ def test_the_view_carries_the_environment_file_as_read(node: t.Dict[str, t.Any],
     tool read it for the venv's Python: the file's one parser; the child gets exactly those values."""
     with open(node["env_file"], "a") as handle:
         handle.write("FLASHINFER_WORKSPACE_BASE='/var/lib/sglang'\nCUDA_HOME='/usr/local/cuda-13.0'\n")
-    seen: t.Dict[str, t.Any] = {}
-
-    def fake_run(argv: t.List[str], env: t.Dict[str, str], **_: t.Any) -> t.Any:
-        seen.update(env)
-        return type("Done", (), {"returncode": 0, "stderr": "", "stdout": tool.MARKER + json.dumps({"archs": ["12.0f"]})})()
-
-    monkeypatch.setattr(tool.subprocess, "run", fake_run)
-    view = tool.inner(node, "probe")
+    argvs: t.List[t.List[str]] = []
+    view = tool.inner(replying(tool.MARKER + json.dumps({"archs": ["12.0f"]}), argvs), node, "probe")
+    seen = split_env(argvs[0])[0]
     assert view["archs"] == ["12.0f"]
     assert view["pinned"] == tool.read_env_file(node["env_file"])
     assert view["pinned"]["FLASHINFER_WORKSPACE_BASE"] == "/var/lib/sglang" == seen["FLASHINFER_WORKSPACE_BASE"]
@@ -384,17 +394,17 @@ def fixture_pinned(node: t.Dict[str, t.Any], tmp_path: t.Any) -> t.Dict[str, t.A
 
 
 def test_a_unit_started_with_the_pinned_environment_passes(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tool, "systemd_units", lambda units: pytest.fail("systemd is asked only about a difference"))
+    monkeypatch.setattr(tool, "systemd_units", lambda run, units: pytest.fail("systemd is asked only about a difference"))
     env = dict(tool.read_env_file(pinned["env_file"]), HOME="/var/lib/sglang", CUDA_VISIBLE_DEVICES="0")
-    assert tool.environment_problems(pinned, "sglang-ar.service", env, "starts with") == []
+    assert tool.environment_problems(cli.run, pinned, "sglang-ar.service", env, "starts with") == []
 
 
 def test_a_drop_in_that_moves_cuda_home_is_refused_naming_it(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """ExecStartPre (check --unit %n): the process's own environment, built by systemd, holds 12.8; the text names the
     name, both values, the drop-in from systemd's DropInPaths, the file and the fix, and the cause is unit_environment."""
-    monkeypatch.setattr(tool, "systemd_units", lambda units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
+    monkeypatch.setattr(tool, "systemd_units", lambda run, units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
     env = dict(tool.read_env_file(pinned["env_file"]), CUDA_HOME="/usr/local/cuda-12.8")
-    (problem,) = tool.environment_problems(pinned, "sglang-ar.service", env, "starts with")
+    (problem,) = tool.environment_problems(cli.run, pinned, "sglang-ar.service", env, "starts with")
     assert problem[0] == "unit_environment" and problem[0] in tool.CAUSES
     assert "sglang-ar.service: its environment differs from the pinned one (%s)" % pinned["env_file"] in problem[1]
     assert "starts with CUDA_HOME=/usr/local/cuda-12.8 (pinned: /usr/local/cuda-13.0)" in problem[1]
@@ -421,16 +431,16 @@ def test_units_seen_from_outside(pinned: t.Dict[str, t.Any], monkeypatch: pytest
     neither enabled nor running is not looked at."""
     pinned_env = tool.read_env_file(pinned["env_file"])
     shown = {"sglang-ar.service": unit_props(pinned, pinned["old_env"], ActiveState=["active"], MainPID=["4242"])}
-    monkeypatch.setattr(tool, "systemd_units", lambda units: shown)
+    monkeypatch.setattr(tool, "systemd_units", lambda run, units: shown)
     monkeypatch.setattr(tool, "process_environment", lambda pid: dict(pinned_env) if pid == 4242 else None)
-    problems = tool.units_environment_problems(pinned)
+    problems = tool.units_environment_problems(cli.run, pinned)
     # it runs with the pinned values (started before the drop-in), but would start with 12.8
     assert [text for _cause, text in problems if "it runs with" in text] == []
     assert [cause for cause, text in problems if "it would start with CUDA_HOME=/usr/local/cuda-12.8" in text] == ["unit_environment"]
     shown["sglang-ar.service"] = unit_props(pinned, pinned["old_env"], ActiveState=["inactive"], UnitFileState=["disabled"])
-    assert tool.units_environment_problems(pinned) == []
+    assert tool.units_environment_problems(cli.run, pinned) == []
     shown["sglang-ar.service"] = unit_props(pinned, pinned["env_file"], DropInPaths=[""])
-    assert tool.units_environment_problems(pinned) == []
+    assert tool.units_environment_problems(cli.run, pinned) == []
 
 
 def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch,
@@ -438,7 +448,7 @@ def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any]
     config = tmp_path / "flashinfer.json"
     config.write_text(json.dumps(dict(pinned, modules=["sampling"], derive=False)))
     monkeypatch.setattr(tool, "inner", lambda config, action, *_: GOOD)
-    monkeypatch.setattr(tool, "systemd_units", lambda units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
+    monkeypatch.setattr(tool, "systemd_units", lambda run, units: {"sglang-ar.service": unit_props(pinned, pinned["old_env"])})
     for name, value in tool.read_env_file(pinned["env_file"]).items():
         monkeypatch.setenv(name, value)
     assert cli.main(["--config", str(config), "check", "--unit", "sglang-ar.service"]) == 0
@@ -450,12 +460,16 @@ def test_check_with_unit_exits_1_on_another_cuda_home(pinned: t.Dict[str, t.Any]
 
 
 def test_systemd_that_does_not_answer_is_a_problem_not_a_pass(pinned: t.Dict[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(argv: t.List[str], **kwargs: t.Any) -> t.Any:
-        return tool.subprocess.CompletedProcess(argv, 1, "", "Failed to connect to bus: No such file or directory")
-
-    monkeypatch.setattr(tool.subprocess, "run", refused)
-    (problem,) = tool.units_environment_problems(pinned)
+    seen: t.List[t.List[str]] = []
+    (problem,) = tool.units_environment_problems(replying("", seen, 1, "Failed to connect to bus: No such file or directory"), pinned)
     assert problem[0] == "unit_environment" and "Failed to connect to bus" in problem[1]
+    # bounded: systemd that hangs is asked for 30 s (timeout's 124), and says so
+    assert seen[0][:4] == ["timeout", "30", "systemctl", "show"]
+    (problem,) = tool.units_environment_problems(replying("", None, 124), pinned)
+    assert "systemctl show: no answer in 30 s" in problem[1]
+    # a program that cannot start at all is the same kind of problem
+    (problem,) = tool.units_environment_problems(unstartable, pinned)
+    assert problem[0] == "unit_environment" and "No such file" in problem[1]
 
 
 MISSING_SET = {"derived": {"configs": {"/etc/inferops/sglang/sglang-ar.yaml": {
@@ -487,10 +501,26 @@ def test_a_kernel_set_the_operator_lets_come_at_the_first_request_or_that_is_in_
     assert tool.kernel_set_problems(config, dict(GOOD, **in_place)) == []
 
 
-def test_the_installed_tool_imports_the_venv_half_beside_it_even_where_ansible_collections_is_importable() -> None:
-    """On the node the tool is plain files; a node's own Ansible may hold another copy of the collection (here the test
-    runs with one on sys.path): the tool must use the file beside it."""
-    import ansible_collections  # noqa: F401 -- importable here, as on a node with Ansible installed
+def test_the_venv_side_is_the_roles_file_and_the_tool_keeps_its_marker_stamp_digest_and_sha256() -> None:
+    """The venv side never runs as a module: it is inferops.blackwell.inferops's file, installed beside the tool. The
+    tool (and the modules' payload) keep what they share with it: its result line, its warm-up record, its file digest,
+    and the sha256 of this release's copy, by which the modules accept the installed one."""
+    path = os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py")
+    assert not os.path.exists(os.path.join(ROOT, "plugins", "module_utils", "inferops_flashinfer_venv.py"))
+    spec = importlib.util.spec_from_file_location("shipped_venv_side", path)
+    assert spec and spec.loader
+    side = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(side)
 
-    assert tool.venv_side.__name__ == "inferops_flashinfer_venv"
-    assert tool.venv_side.__file__ == os.path.join(ROOT, "plugins", "module_utils", "inferops_flashinfer_venv.py")
+    assert (tool.MARKER, tool.STAMP) == (side.MARKER, side.STAMP)
+    assert tool.digest(path) == side.digest(path)
+    assert tool.VENV_SIDE_SHA256 == side.digest(path), (
+        "plugins/module_utils/inferops_flashinfer.py: VENV_SIDE_SHA256 = %r (the venv side changed)" % side.digest(path))
+
+
+def test_a_replaced_environment_is_in_argv_and_the_cli_runner_runs_it() -> None:
+    """with_env: exactly the given environment (nothing of the caller's), argv[0] found on its PATH: what the modules'
+    run_command and the command's subprocess both start."""
+    argv = tool.with_env({"PATH": "/usr/bin:/bin", "ODD": "a b=$HOME ~"}, ["sh", "-c", 'printf "%s|%s|%s" "$ODD" "$PATH" "${HOME-unset}"'])
+    assert split_env(argv)[0] == {"PATH": "/usr/bin:/bin", "ODD": "a b=$HOME ~"}
+    assert cli.run(argv) == (0, "a b=$HOME ~|/usr/bin:/bin|unset", "")

@@ -1,24 +1,34 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The venv side of the node tool (plugins/module_utils/inferops_flashinfer_venv.py): what it decides without FlashInfer,
+"""The venv side of the node tool (roles/inferops/files/inferops_flashinfer_venv.py): what it decides without FlashInfer,
 SGLang or torch (module names, reuse of a derivation, ninja's verdict, stale locks, its result line). What FlashInfer and
 SGLang decide through it is tested on lab nodes with their real code (molecule) and on the H200 (tests/device)."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 import typing as t
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+# as inferops.blackwell.inferops installs it on the node: the venv side (the role's file) beside the planner (module_utils),
+# which it imports and whose digest it records
+INSTALLED = tempfile.mkdtemp(prefix="inferops-tool-")
+atexit.register(shutil.rmtree, INSTALLED, True)
+for _path in (os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py"),
+              os.path.join(ROOT, "plugins", "module_utils", "inferops_sglang_plan.py")):
+    shutil.copy(_path, INSTALLED)
+sys.path.insert(0, INSTALLED)
 
-import inferops_flashinfer_venv as side  # noqa: E402 -- plugins/module_utils/inferops_flashinfer_venv.py
+import inferops_flashinfer_venv as side  # noqa: E402 -- roles/inferops/files/inferops_flashinfer_venv.py, installed
 import pytest  # noqa: E402
 
 

@@ -166,7 +166,7 @@ def test_sglangs_own_jit_kernel_is_recorded_not_compiled() -> None:
 
 def test_the_planner_keeps_no_list_of_backends() -> None:
     """Whatever backend SGLang resolves is built and run (SGLang's own composition or registry): no names to gate on."""
-    for path in (planner.__file__, os.path.join(os.path.dirname(planner.__file__), "inferops_flashinfer_venv.py")):
+    for path in (planner.__file__, os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py")):
         with open(path) as handle:
             source = handle.read()
         assert "FLASHINFER_BACKENDS" not in source

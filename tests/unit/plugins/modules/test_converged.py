@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import subprocess
 import threading
 import typing as t
 
@@ -62,14 +61,15 @@ def node(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Dict[str, str]:
         "ignore_errors=no ; start_time=[Fri 2026-12-04 10:00:01 UTC] ; stop_time=[n/a] ; pid=42 ; code=(null) ; status=0/0 }"]}
     calls: t.List[t.List[str]] = []
 
-    def fake_run(argv: t.List[str], **kwargs: t.Any) -> subprocess.CompletedProcess[str]:
+    def fake_run(_module: t.Any, argv: t.List[str], **kwargs: t.Any) -> t.Tuple[int, str, str]:
+        """AnsibleModule.run_command as the module calls it: argv unexpanded, a bounded systemctl show."""
         calls.append(argv)
-        assert argv[:2] == ["systemctl", "show"]
+        assert argv[:4] == ["timeout", "30", "systemctl", "show"] and kwargs["expand_user_and_vars"] is False
         blocks = ["Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s" % ((name,) + units[name])
-                  + "".join("\n" + line for line in settings.get(name, [])) for name in argv[3:]]
-        return subprocess.CompletedProcess(argv, 0, "\n\n".join(blocks) + "\n", "")
+                  + "".join("\n" + line for line in settings.get(name, [])) for name in argv[5:]]
+        return 0, "\n\n".join(blocks) + "\n", ""
 
-    monkeypatch.setattr(converged.subprocess, "run", fake_run)
+    monkeypatch.setattr(converged.AnsibleModule, "run_command", fake_run)
     return {"root": str(tmp_path), "env": str(env), "cache": str(tmp_path / "cache"), "link": str(tmp_path / "cuda"),
             "record": str(tmp_path / "state" / "converged.json"), "units": units, "settings": settings,  # type: ignore[dict-item]
             "calls": calls}  # type: ignore[dict-item]
@@ -237,3 +237,16 @@ def test_a_command_line_keeps_its_path_and_argv_only() -> None:
              "pid=0 ; code=(null) ; status=0/0 }")
     assert converged.setting_value("ExecStart", [value]) == "path=/usr/bin/x argv[]=/usr/bin/x --unit a.service"
     assert converged.setting_value("DropInPaths", [""]) == "none"
+
+
+def test_debian_packages_are_read_by_dpkg_query_through_run_command(tmp_path: t.Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real module on this Debian machine: dpkg-query's format (${Package} ...) reaches it unexpanded through
+    run_command, and a package the node lacks is named."""
+    path = str(tmp_path / "converged.json")
+    result = run_module(converged.main, capsys, {"state": "record", "path": path, "key": KEY,
+                                                 "items": [{"role": "cuda_toolkit", "debs": ["coreutils", "inferops-no-such-package"]}]})
+    assert result["converged"] and result["changed"], result
+    with open(path) as handle:
+        (entry,) = json.load(handle)["items"]
+    assert entry["value"].startswith("coreutils ") and " ii" in entry["value"], entry
+    assert entry["value"].endswith("; inferops-no-such-package not installed"), entry

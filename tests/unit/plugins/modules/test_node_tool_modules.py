@@ -54,8 +54,10 @@ class Node(t.NamedTuple):
 def fixture_node(tmp_path: t.Any) -> Node:
     library = tmp_path / "lib" / "inferops"
     library.mkdir(parents=True)
-    for name in ("inferops_flashinfer.py", "inferops_flashinfer_venv.py", "inferops_sglang_plan.py"):
+    # as inferops.blackwell.inferops installs them: the logic and the planner from module_utils, the venv side from its files
+    for name in ("inferops_flashinfer.py", "inferops_sglang_plan.py"):
         shutil.copy(os.path.join(ROOT, "plugins", "module_utils", name), str(library / name))
+    shutil.copy(os.path.join(ROOT, "roles", "inferops", "files", "inferops_flashinfer_venv.py"), str(library / "inferops_flashinfer_venv.py"))
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     python = bin_dir / "python"
@@ -100,12 +102,21 @@ def test_a_refusal_is_returned_not_failed(node: Node, capsys: pytest.CaptureFixt
 
 def test_no_tool_or_another_release_s_tool_fails_with_the_fix_and_is_skipped_in_check_mode(
         node: Node, capsys: pytest.CaptureFixture[str]) -> None:
-    with open(os.path.join(node.library, "inferops_sglang_plan.py"), "a") as handle:
-        handle.write("# an older release\n")
-    for main in (flashinfer_view.main, flashinfer_verdict.main, jit_cache_warm.main):
-        result = run_module(main, capsys, node.params())
-        assert result["failed"] and "inferops_sglang_plan.py is not this collection's" in result["msg"]
-        assert "inferops.blackwell.flashinfer role" in result["msg"]
+    for name in ("inferops_sglang_plan.py", "inferops_flashinfer_venv.py"):
+        path = os.path.join(node.library, name)
+        with open(path, "rb") as handle:
+            shipped = handle.read()
+        with open(path, "ab") as handle:
+            handle.write(b"# an older release\n")
+        for main in (flashinfer_view.main, flashinfer_verdict.main, jit_cache_warm.main):
+            result = run_module(main, capsys, node.params())
+            assert result["failed"] and "%s is not this collection's" % name in result["msg"]
+            assert "inferops.blackwell.flashinfer role" in result["msg"]
+        with open(path, "wb") as handle:
+            handle.write(shipped)
+    # the shipped copies back: served (the view runs the venv side once)
+    assert not run_module(flashinfer_view.main, capsys, node.params()).get("failed")
+    os.unlink(os.path.join(node.bin_dir, "calls.jsonl"))
     os.unlink(os.path.join(node.library, "inferops_flashinfer_venv.py"))
     result = run_module(flashinfer_view.main, capsys, node.params())
     assert result["failed"] and result["msg"].startswith("no node tool at %s/inferops_flashinfer_venv.py" % node.library)

@@ -7,7 +7,8 @@ everything it reports.
 Run by inferops_flashinfer.py (installed beside it) as `<venv>/bin/python inferops_flashinfer_venv.py ACTION REQUEST`, in
 the services' environment; prints one line MARKER + JSON as its last word. ACTION is probe, plan, warm or parse; REQUEST
 is JSON: modules (recipes or names), derive (bool), sglang_configs (the --config files). FlashInfer, SGLang and torch are
-imported only where they are used, so this file imports on any Python 3 (the tool takes MARKER and STAMP from it).
+imported only where they are used, so this file imports on any Python 3 (the tool keeps its MARKER and STAMP: a unit
+test holds them equal).
 """
 
 from __future__ import annotations
