@@ -21,14 +21,14 @@ ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(IMPORT_ROOT)
-# where molecule's runs record each task's CPU (controller and lab nodes; molecule/lab/callback_plugins/lab_task_costs.py)
+# where molecule's runs record each task's CPU (controller and lab nodes; extensions/molecule/lab/callback_plugins/lab_task_costs.py)
 TASK_COSTS := $(BUILD)/task-costs
 export INFEROPS_LAB_TASK_COSTS := $(TASK_COSTS)
 
 # Debian packages make test and make lab need: shellcheck (ansible-test's shellcheck test skips silently
 # without it); debootstrap, systemd-nspawn, ip, ssh for the lab nodes; apt-ftparchive, gpg, cc for its apt repository.
 DEBS := shellcheck git tar debootstrap systemd-container iproute2 openssh-client apt-utils gnupg gcc
-LABCTL := $(BIN)/python molecule/lab/labctl.py
+LABCTL := $(BIN)/python extensions/molecule/lab/labctl.py
 LAB_STATE := $(or $(INFEROPS_LAB_STATE),$(BUILD)/lab)
 LAB_INVENTORY := inventories/lab
 
@@ -39,7 +39,7 @@ help:
 	@echo "make bench     a no-op site.yml and the --check drift report on 1 and BENCH_NODES (4) converged lab nodes: wall and CPU seconds"
 	@echo "make lab-down  stop the lab fleet and remove every mount, namespace, cgroup and process it made"
 	@echo "make test      ruff, ansible-lint (production), ansible-test sanity, unit tests, molecule scenarios"
-	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, the role alone on its prepared lab node (molecule/role)"
+	@echo "make test ROLE=<role>   the per-role loop: lint, unit tests, the role alone on its prepared lab node (extensions/molecule/role)"
 	@echo "make test-fresh         make test as a new machine runs it (clean clone, new HOME, empty lab caches)"
 	@echo "make lab-fresh          make lab the same way (timed), then make lab-down"
 	@echo "make test-matrix    molecule stack_matrix alone: both stacks on GB10, the incident stack on B300, the kernel-set stack on B200 and B300 (also in make test)"
@@ -104,9 +104,9 @@ test-suite: debs venv link
 	  } | tee $(BUILD)/test-times.txt; \
 	  exit $$rc
 
-# The per-role loop: ruff, ansible-lint on the role, every unit test, then molecule/role: one node booted on the role's
+# The per-role loop: ruff, ansible-lint on the role, every unit test, then extensions/molecule/role: one node booted on the role's
 # prepared image (site.yml's provisioning steps before the role, kept as overlay layers and made once per change of what
-# they depend on: molecule/role/prepared.py), the role alone, a second run that changes nothing, the role's own verify.
+# they depend on: extensions/molecule/role/prepared.py), the role alone, a second run that changes nothing, the role's own verify.
 # make test before a merge.
 test-role: debs venv link
 	@test -n "$(ROLE)" && test -d roles/$(ROLE) || { echo "make test ROLE=<role>: '$(ROLE)' is not a role of this collection; one of: $(notdir $(wildcard roles/*))" >&2; exit 2; }
@@ -155,7 +155,7 @@ lab-images: debs venv
 # that all start at once (tools/molecule-lanes): a lane runs its scenarios one after another, the first lane prints as
 # it runs, the others' logs (.build/molecule/<scenario>.log) are printed at the end. Nothing orders the lanes' compiles:
 # the lab's compile cache runs at most one compile per core on the machine, all nodes together, and compiles an object
-# two nodes need once (molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
+# two nodes need once (extensions/molecule/lab/nvcc_cache). Lanes, balanced by a warm run's figures (docs/testing.md): default (the
 # incident stack on SM 12.0, the current one on SM 10.3, the faults, the bad-input matrix, rollouts and remediation); zoo
 # (nine models on the current stack on SM 12.0: that pair), then example (the example inventory as shipped on three lab
 # nodes); stack_matrix (the three other (stack, GPU family) pairs, and
@@ -192,7 +192,7 @@ lab: debs venv link
 	@echo; echo "== 1/4 The fleet as delivered: system CUDA 12.8 only (playbooks/facts.yml)"
 	$(LAB_PLAY) playbooks/facts.yml -e facts_report_path=$(BUILD)/lab/fleet-facts-before.json
 	@echo; echo "== 2/4 The incident: SGLang started the old way on lab-pro6000-1 dies at its first sampling call"
-	$(LAB_PLAY) molecule/lab/show_incident.yml --limit lab-pro6000-1
+	$(LAB_PLAY) extensions/molecule/lab/show_incident.yml --limit lab-pro6000-1
 	@echo; echo "== 3/4 The fix: playbooks/site.yml (JIT compiles take minutes on few cores)"
 	$(LAB_PLAY) playbooks/site.yml
 	@echo; echo "== 4/4 The fleet now (playbooks/facts.yml); services above: healthy"
@@ -207,7 +207,7 @@ lab: debs venv link
 
 # After `make lab`: the damage remediate.yml exists for, on one node, then the remediation of the whole fleet.
 lab-remediate: venv link
-	$(LAB_PLAY) molecule/lab/damage.yml
+	$(LAB_PLAY) extensions/molecule/lab/damage.yml
 	$(LAB_PLAY) playbooks/remediate.yml -e remediate_report_path=$(BUILD)/lab/remediate-report.json
 
 lab-down: venv
@@ -221,7 +221,7 @@ BENCH_ARGS ?=
 bench: debs venv link
 	$(LABCTL) build
 	$(LABCTL) mirror
-	$(BIN)/python molecule/lab/bench.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
+	$(BIN)/python extensions/molecule/lab/bench.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
 
 # The role READMEs and the README's role index from roles/*/meta/argument_specs.yml, then the docs site.
 docs: venv

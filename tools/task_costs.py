@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""make test's summary: where the lab runs' CPU went, from the task-cost records (molecule/lab/callback_plugins/
+"""make test's summary: where the lab runs' CPU went, from the task-cost records (extensions/molecule/lab/callback_plugins/
 lab_task_costs.py, one JSON line per task under DIR): per scenario its controller and lab-node CPU seconds, then the
 tasks that cost the most (controller + nodes, summed over every run of the task), with their wall seconds and runs."""
 import collections

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build the collection tarball, install it, and run gpu_facts and the facts playbook from it.
 
-The GPUs here come from the lab's nvidia-smi simulator (molecule/lab/gpu), put on PATH
+The GPUs here come from the lab's nvidia-smi simulator (extensions/molecule/lab/gpu), put on PATH
 or named per host: this machine has no GPU.
 """
 
@@ -21,8 +21,8 @@ import typing as t
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SIMULATOR = os.path.join(ROOT, "molecule", "lab", "gpu", "nvidia-smi")
-PROFILES = os.path.join(ROOT, "molecule", "lab", "gpu", "profiles")
+SIMULATOR = os.path.join(ROOT, "extensions", "molecule", "lab", "gpu", "nvidia-smi")
+PROFILES = os.path.join(ROOT, "extensions", "molecule", "lab", "gpu", "profiles")
 # The venv running pytest has ansible-core's commands beside its python.
 BIN = os.path.dirname(sys.executable)
 with open(os.path.join(ROOT, "galaxy.yml")) as _galaxy:
@@ -76,7 +76,7 @@ def test_artifact_leaves_tests_and_lab_out(installed: t.Dict[str, t.Any]) -> Non
     assert "plugins/module_utils/gpu.py" in names
     assert "playbooks/facts.yml" in names
     assert "meta/runtime.yml" in names
-    assert not [name for name in names if name.startswith(("tests", "molecule", ".ci", ".venv", ".build"))]
+    assert not [name for name in names if name.startswith(("tests", "extensions", "molecule", ".ci", ".venv", ".build"))]
     # an operator's release: the license, the changelog, a README per role (Galaxy's importer requires one); not the lab's
     # inventory, unreleased changelog fragments, or the lab, development and test-suite pages
     assert {"LICENSE", "CHANGELOG.rst", "changelogs/changelog.yaml", "inventories/production.example/hosts.yml"} <= set(names)

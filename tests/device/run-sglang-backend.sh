@@ -38,7 +38,7 @@ export CUDA_HOME="$cuda" PATH="$cuda/bin:$PATH" FLASHINFER_CUDA_ARCH_LIST=9.0a M
 export SGLANG_CACHE_DIR=/tmp/sgl-ws/sglang FLASHINFER_WORKSPACE_BASE=/tmp/sgl-ws TRITON_CACHE_DIR=/tmp/sgl-ws/triton
 export SGLANG_JIT_CACHE_DIR=/tmp/sgl-ws/sglang/jit
 rm -rf /tmp/sgl-ws /tmp/sgl-zoo && mkdir -p /tmp/sgl-ws /tmp/sgl-zoo
-models=$PWD/molecule/lab/models/zoo
+models=$PWD/extensions/molecule/lab/models/zoo
 # zoo NAME MODEL BACKEND TP [LINE ...]: one configuration, written when ZOO names it
 ZOO=${ZOO:-llama2-7b llama3.2-1b gemma2-9b deepseek-v2-lite llama3.1-8b-fp8kv llama3.1-8b-eagle3 kimi-k2.6}
 zoo() { name=$1; case " $ZOO " in *" $name "*) ;; *) return 0 ;; esac

@@ -67,7 +67,7 @@ def test_site_provision_imports_every_role_of_the_wiring_file() -> None:
     assert [task["name"] for task in tasks if "ansible.builtin.import_role" in task and task.get("vars")] == []
 
 
-@pytest.mark.parametrize("base", ["playbooks", "molecule"])
+@pytest.mark.parametrize("base", ["playbooks", "extensions/molecule"])
 def test_nothing_restates_the_wiring(base: str) -> None:
     assert restated_wiring([os.path.join(ROOT, base)], load(WIRING)) == []
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The lab's compile cache (molecule/lab/nvcc_cache): a repeat is served, any change of source, header or flags compiles."""
+"""The lab's compile cache (extensions/molecule/lab/nvcc_cache): a repeat is served, any change of source, header or flags compiles."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def toolkit(base: t.Any, name: str) -> str:
 def fixture_cache(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> t.Any:
     monkeypatch.setenv("LAB_NVCC_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
-    spec = importlib.util.spec_from_file_location("lab_nvcc_cache", os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py"))
+    spec = importlib.util.spec_from_file_location("lab_nvcc_cache", os.path.join(ROOT, "extensions", "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py"))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -112,7 +112,7 @@ def test_two_calls_at_once_compile_once(tmp_path: t.Any) -> None:
     (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC.replace('echo x >>', 'sleep 1; echo x >>'))
     (tmp_path / "k.cu").write_text("kernel 1\n")
     (tmp_path / "cache").mkdir()
-    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    script = os.path.join(ROOT, "extensions", "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
     env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
                LAB_NVCC_DENY=str(tmp_path / "no-deny"))
     runs = []
@@ -168,7 +168,7 @@ def test_real_compiles_share_the_machines_job_slots(tmp_path: t.Any) -> None:
         'echo "end $(date +%s.%N)" >> "$(dirname "$0")/spans"; echo x >>'))
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "jobs").write_text("2\n")
-    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    script = os.path.join(ROOT, "extensions", "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
     env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
                LAB_NVCC_DENY=str(tmp_path / "no-deny"))
     runs = []
@@ -197,7 +197,7 @@ def test_a_compile_records_its_cpu_and_the_report_adds_them_up(tmp_path: t.Any) 
     busy = "%s -c 'import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass'" % sys.executable
     (tmp_path / "cuda-13.0" / "bin" / "nvcc").write_text(FAKE_NVCC.replace("echo x >>", busy + "; echo x >>"))
     (tmp_path / "cache").mkdir()
-    script = os.path.join(ROOT, "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
+    script = os.path.join(ROOT, "extensions", "molecule", "lab", "nvcc_cache", "lab_nvcc_cache.py")
     env = dict(os.environ, LAB_NVCC_CACHE_DIR=str(tmp_path / "cache"), LAB_NVCC_CACHE_OFF=str(tmp_path / "no-off"),
                LAB_NVCC_DENY=str(tmp_path / "no-deny"))
     (tmp_path / "k.cu").write_text("kernel 1\n")
@@ -210,12 +210,12 @@ def test_a_compile_records_its_cpu_and_the_report_adds_them_up(tmp_path: t.Any) 
     assert [entry["result"] for entry in logged] == ["miss", "hit"]
     assert logged[0]["cpu"] >= 0.35 and logged[0]["slot_wait"] >= 0
     assert "cpu" not in logged[1]
-    report = subprocess.run([sys.executable, os.path.join(ROOT, "molecule", "lab", "labctl.py"), "compiles", "--since", "0"],
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "extensions", "molecule", "lab", "labctl.py"), "compiles", "--since", "0"],
                             env=dict(os.environ, INFEROPS_LAB_NVCC_CACHE=str(tmp_path / "cache")),
                             capture_output=True, text=True, check=True).stdout
     assert report.startswith("1 compiled (on 1 nodes), 1 hits; the compiles' CPU (nvcc and what it ran): "), report
     assert float(report.split("ran): ", 1)[1].split(" ", 1)[0]) >= 0.4, report
-    later = subprocess.run([sys.executable, os.path.join(ROOT, "molecule", "lab", "labctl.py"), "compiles", "--since",
+    later = subprocess.run([sys.executable, os.path.join(ROOT, "extensions", "molecule", "lab", "labctl.py"), "compiles", "--since",
                             str(logged[1]["time"] + 1)], env=dict(os.environ, INFEROPS_LAB_NVCC_CACHE=str(tmp_path / "cache")),
                            capture_output=True, text=True, check=True).stdout
     assert later.startswith("0 compiled (on 0 nodes), 0 hits ("), later

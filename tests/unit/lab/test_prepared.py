@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The per-role loop's prepared images (molecule/role/prepared.py): site.yml's own steps, and layers that follow an edit."""
+"""The per-role loop's prepared images (extensions/molecule/role/prepared.py): site.yml's own steps, and layers that follow an edit."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 
 def load(root: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("prepared_under_test", os.path.join(ROOT, "molecule", "role", "prepared.py"))
+    spec = importlib.util.spec_from_file_location("prepared_under_test", os.path.join(ROOT, "extensions", "molecule", "role", "prepared.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -31,7 +31,7 @@ def tree(tmp_path: t.Any) -> t.Tuple[types.ModuleType, t.Any]:
     root = tmp_path / "collection"
     for rel in ["roles", "plugins", "playbooks", "meta", os.path.join("inventories", "lab", "group_vars")]:
         shutil.copytree(os.path.join(ROOT, rel), root / rel)
-    for rel in ["galaxy.yml", os.path.join("molecule", "role", "converge.yml")]:
+    for rel in ["galaxy.yml", os.path.join("extensions", "molecule", "role", "converge.yml")]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(os.path.join(ROOT, rel), root / rel)
     images = tmp_path / "images"

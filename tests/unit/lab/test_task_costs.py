@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The lab's task-cost records (molecule/lab/callback_plugins/lab_task_costs.py): a real ansible-playbook run on the
+"""The lab's task-cost records (extensions/molecule/lab/callback_plugins/lab_task_costs.py): a real ansible-playbook run on the
 controller, one task that burns CPU in its module and one that sleeps; the burn is charged to its own task."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def run_recorded(tmp_path: pathlib.Path, playbook: str) -> t.List[t.Dict[str, t.
     """ansible-playbook on localhost with the recorder on (records under tmp_path), as no recorded run's child; its
     records and those of any run it started."""
     env = dict(os.environ, INFEROPS_LAB_TASK_COSTS=str(tmp_path), MOLECULE_SCENARIO_NAME="unit",
-               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "molecule", "lab", "callback_plugins"),
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "extensions", "molecule", "lab", "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="lab_task_costs")
     env.pop("INFEROPS_LAB_TASK_COSTS_RUN", None)
     subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,

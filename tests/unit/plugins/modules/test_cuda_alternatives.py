@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """cuda_alternatives against an in-memory update-alternatives that behaves like Debian's.
 
-The real update-alternatives on real packages is exercised by molecule/toolkit_apt.
+The real update-alternatives on real packages is exercised by extensions/molecule/toolkit_apt.
 """
 
 from __future__ import annotations
