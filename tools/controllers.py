@@ -46,6 +46,8 @@ PACKAGES = ["python3", "python3-venv", "git", "shellcheck", "gcc", "libc6-dev", 
             "openssh-client"]
 RELEASES_FILE = os.path.join(ROOT, "requirements", "controllers.txt")
 TOOLS_FILE = os.path.join(ROOT, "requirements", "controller-tools.txt")
+# molecule's HOME for a run under the newest release (tools/controllers.py molecule), at the same path on both sides
+CONTROLLER_HOME = os.path.join(ROOT, ".build", "controller-home")
 # the machine's CA bundle: package traffic may pass a proxy whose CA only the machine's bundle holds
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -289,7 +291,7 @@ def molecule(root: str, scenario: str) -> int:
         passed["INFEROPS_LAB_PYTHON"] = lab_python(merged)
         # a home at the same path on both sides, made empty: what the scenario hands the lab's tool under it (the build
         # store's directory, which labctl store-server serves) is the directory the controller wrote
-        home = os.path.join(ROOT, ".build", "controller-home")
+        home = CONTROLLER_HOME
         shutil.rmtree(home, ignore_errors=True)
         os.makedirs(home)
         passed["HOME"] = home
@@ -299,7 +301,12 @@ def molecule(root: str, scenario: str) -> int:
                           release, passed)
     finally:
         subprocess.run(["umount", "-l", merged], check=False)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        left = mounts_under(run_dir)
+        if left:
+            # never remove a tree something is still mounted into (the working tree is bound there while a run lasts)
+            log("left %s in place: it still holds mounts (%s); umount -l them, then remove it" % (run_dir, ", ".join(left)))
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def shell(release: str) -> int:

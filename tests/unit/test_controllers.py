@@ -73,3 +73,24 @@ def test_the_lab_python_runs_on_this_machine_in_the_callers_directory(tmp_path: 
                                       cwd=str(here), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "%s %s ['x y', '$HOME']" % (here, os.path.join(ROOT, ".venv"))
+
+
+def test_a_molecule_run_s_tree_that_still_holds_mounts_is_not_removed(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The working tree is bound into the run's overlay: if its unmount failed, removing the run's tree would remove the
+    working tree through it."""
+    monkeypatch.setattr(controllers, "CACHE", str(tmp_path))
+    monkeypatch.setattr(controllers, "CONTROLLER_HOME", str(tmp_path / "home"))  # never the checkout's (a run may use it)
+    monkeypatch.setattr(controllers, "run", lambda command, **kwargs: None)
+    monkeypatch.setattr(controllers, "releases", lambda: ["2.21.5"])
+    monkeypatch.setattr(controllers, "lab_python", lambda root: "/usr/local/bin/inferops-lab-python")
+    monkeypatch.setattr(controllers, "mounted", lambda root: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(controllers, "inside", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(controllers.subprocess, "run", lambda *args, **kwargs: None)
+    run_dir = os.path.join(str(tmp_path), "runs", "molecule-%d" % os.getpid())
+    held = os.path.join(run_dir, "merged", ROOT.lstrip("/"))
+    monkeypatch.setattr(controllers, "mounts_under", lambda path: [held] if path == run_dir else [])
+    assert controllers.molecule(str(tmp_path / "trixie"), "default") == 0
+    assert os.path.isdir(os.path.join(run_dir, "merged"))
+    monkeypatch.setattr(controllers, "mounts_under", lambda path: [])
+    assert controllers.molecule(str(tmp_path / "trixie"), "default") == 0
+    assert not os.path.exists(run_dir)
