@@ -12,8 +12,8 @@ SGLang venv's Python (FlashInfer's and SGLang's own code) is inferops_flashinfer
 a module), installed beside this file and run as a separate process.
 
 Every process this logic starts goes through the caller's runner (Run): a module gives AnsibleModule.run_command, the
-command's front a subprocess. What a process must see of the environment is in its argv (env -i NAME=value ...), so that
-both runners start the same command.
+command's front a subprocess. What a process must see of the environment is in its argv (env -i -- NAME=value ...), so
+that both runners start the same command.
 """
 
 from __future__ import annotations
