@@ -20,16 +20,6 @@ NODE_TOOL_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
 }
 
 
-def runner(module: t.Any) -> tool.Run:
-    """The node tool's runner in a module: AnsibleModule.run_command, argv as given (no expansion of ~ or $NAME, no
-    shell), undecodable output replaced rather than failing; OSError when the program cannot be started."""
-    def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
-        rc, stdout, stderr = module.run_command(argv, expand_user_and_vars=False, handle_exceptions=False,
-                                                errors="surrogate_then_replace")
-        return rc, stdout, stderr
-    return run
-
-
 def installed_digests() -> t.Dict[str, str]:
     """The sha256 of each file the venv's Python runs, as this release ships it: the venv side (the role's file, never
     in a module's payload: its digest is kept in module_utils) and the planner (in the payload: its own bytes)."""

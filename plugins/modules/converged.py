@@ -117,6 +117,7 @@ import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible_collections.inferops.blackwell.plugins.module_utils.argv_runner import Run, runner
 
 FORMAT = 1
 # Larger files are compared by size and modification time, not read (a check costs milliseconds).
@@ -181,19 +182,6 @@ UNIT_SETTINGS = ("DropInPaths", "EnvironmentFiles", "Environment", "User", "Exec
 
 def unit_name(unit: str) -> str:
     return unit if "." in unit else unit + ".service"
-
-
-# runs argv (no shell) -> (exit status, stdout, stderr): the module's run_command (Runner below)
-Run = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
-
-
-def runner(module: AnsibleModule) -> Run:
-    """module.run_command with argv as given: dpkg-query's ${Package} and the like are not the shell's or Ansible's to expand."""
-    def run(argv: t.List[str]) -> t.Tuple[int, str, str]:
-        rc, stdout, stderr = module.run_command(argv, expand_user_and_vars=False, handle_exceptions=False,
-                                                errors="surrogate_then_replace")
-        return rc, stdout, stderr
-    return run
 
 
 def show_units(run: Run, units: t.List[str]) -> t.Dict[str, t.Any]:

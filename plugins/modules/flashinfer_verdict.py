@@ -78,7 +78,8 @@ view:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.blackwell.plugins.module_utils import inferops_flashinfer as tool
-from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool, runner
+from ansible_collections.inferops.blackwell.plugins.module_utils.argv_runner import runner
+from ansible_collections.inferops.blackwell.plugins.module_utils.node_tool import NODE_TOOL_OPTIONS, node_tool
 
 
 def main() -> None:
