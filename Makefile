@@ -80,29 +80,28 @@ test: $(if $(ROLE),test-role,test-suite)
 # controllers), run in one lane beside the lab from the start; the lab's images (built once per machine), then the
 # molecule lanes (below). default prints as it runs; the other scenarios', lint's, sanity's and the unit tests' output
 # follows. At the end: the wall time, each lane's, the machine's CPU time, and whether the run began on a fresh machine
-# (no lab images, an empty compile cache) or a warm one (also in .build/test-times.txt).
+# (no lab images, an empty compile cache) or a warm one (also in .build/test-times.txt); stopped from outside (TERM, INT),
+# the same summary with where each scenario still running was (tools/test_summary.py), and exit 143.
 test-suite: debs venv link
-	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl; started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); \
+	@mkdir -p $(BUILD); rm -rf $(MOLECULE_LOGS) $(TASK_COSTS); mkdir -p $(TASK_COSTS); rm -f $(LAB_STATE)/node-cpu.jsonl $(BUILD)/checks.time $(BUILD)/images.time; \
+	  started=$$(date +%s); cpu_before=$$(tools/cpu-seconds); steal_before=$$(tools/cpu-seconds steal); \
 	  machine="$$($(LABCTL) machine-state)"; echo "== make test on a $$machine"; \
+	  summary() { $(SUMMARY_ENV) $(BIN)/python tools/test_summary.py "$$1" "$$2" $$started $$cpu_before $$steal_before "$$machine"; }; \
+	  trap 'trap - TERM INT; summary stopped 143; exit 143' TERM INT; \
 	  ( begun=$$(date +%s); rc=0; $(MAKE) -k --no-print-directory lint sanity units controllers release-check docs-site > $(BUILD)/checks.log 2>&1 || rc=$$?; \
 	   echo "lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site: rc $$rc, $$(( $$(date +%s) - begun )) s" >> $(BUILD)/checks.log; echo $$rc > $(BUILD)/checks.rc; \
 	   times > $(BUILD)/checks.cpu; \
 	   echo "lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site (beside the lab): rc=$$rc seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/checks.cpu)" > $(BUILD)/checks.time ) & checks=$$!; \
-	  lab=0; begun=$$(date +%s); ( rc=0; $(MAKE) --no-print-directory lab-images || rc=$$?; times > $(BUILD)/images.cpu; exit $$rc ) || lab=$$?; \
-	  images="lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/images.cpu)"; \
-	  test $$lab -ne 0 || $(MAKE) --no-print-directory molecule || lab=$$?; \
+	  lab=0; begun=$$(date +%s); ( rc=0; $(MAKE) --no-print-directory lab-images || rc=$$?; times > $(BUILD)/images.cpu; exit $$rc ) & wait $$! || lab=$$?; \
+	  echo "lab images and mirror: rc=$$lab seconds=$$(( $$(date +%s) - begun )) core-seconds=$$(tools/times-total < $(BUILD)/images.cpu)" > $(BUILD)/images.time; \
+	  if [ $$lab -eq 0 ]; then $(MAKE) --no-print-directory molecule & wait $$! || lab=$$?; fi; \
 	  wait $$checks || true; echo "== lint, sanity and unit tests (under each tested ansible-core), Galaxy's importer and the docs site, run beside the lab (log: $(BUILD)/checks.log)"; cat $(BUILD)/checks.log; \
-	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; wall=$$(( $$(date +%s) - started )); \
-	  cpu=$$(( $$(tools/cpu-seconds) - cpu_before )); \
-	  { echo "== make test: rc $$rc in $$wall s ($$(( (wall + 30) / 60 )) min) on a $$machine"; \
-	    echo "   machine CPU: $$cpu core-seconds, $$(( cpu * 100 / (wall * $$(nproc)) )) % of $$(nproc) cores ($$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1))"; \
-	    echo "   $$(cat $(BUILD)/checks.time)"; echo "   $$images"; \
-	    sed 's/^/   molecule: /' $(MOLECULE_LOGS)/lanes.txt 2>/dev/null || true; \
-	    echo "   lab nodes' CPU (everything in the node, from its cgroup): $$(tools/node-cpu $(LAB_STATE)/node-cpu.jsonl)"; \
-	    echo "   lab compile cache: $$($(LABCTL) compiles --since $$started)"; \
-	    $(BIN)/python tools/task_costs.py $(TASK_COSTS) 30 | sed 's/^/   /'; \
-	  } | tee $(BUILD)/test-times.txt; \
+	  rc=0; test $$lab -eq 0 && test "$$(cat $(BUILD)/checks.rc)" -eq 0 || rc=1; \
+	  summary end $$rc | tee $(BUILD)/test-times.txt; \
 	  exit $$rc
+
+# what tools/test_summary.py reads
+SUMMARY_ENV = BUILD=$(BUILD) LAB_STATE=$(LAB_STATE) MOLECULE_LOGS=$(MOLECULE_LOGS) TASK_COSTS=$(TASK_COSTS) LABCTL="$(LABCTL)"
 
 # The per-role loop: ruff, ansible-lint on the role, every unit test, then extensions/molecule/role: one node booted on the role's
 # prepared image (site.yml's provisioning steps before the role, kept as overlay layers and made once per change of what

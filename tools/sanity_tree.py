@@ -34,7 +34,11 @@ def make(tree: str) -> str:
             if name and os.path.lexists(os.path.join(ROOT, name)):
                 archive.add(os.path.join(ROOT, name), arcname=name, recursive=False)
     with tarfile.open(tar) as archive:
-        archive.extractall(tree, filter="tar")
+        # the extraction filter where this Python has it (3.11.4 and later; Debian 12's /usr/bin/python3 is 3.11.2)
+        if hasattr(tarfile, "tar_filter"):
+            archive.extractall(tree, filter="tar")
+        else:
+            archive.extractall(tree)  # our own archive of the checkout, made just above
     os.unlink(tar)
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
