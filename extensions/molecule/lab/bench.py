@@ -81,9 +81,11 @@ def labctl_run(*args: str) -> None:
 
 
 def boot(node: Node, real_compiles: bool) -> None:
-    """A fresh node (a new overlay); real_compiles: the lab's compile cache off, every compile a real one."""
+    """A fresh node (a new overlay); real_compiles: the lab's compile cache off, every compile a real one. The module code
+    cache is off: the controller's and the node's CPU of each module run are what a fleet node's are."""
     labctl_run("down", node.name)
     labctl_run("up", node.name, "--profile", node.profile, "--address", node.address)
+    labctl_run("exec", node.name, "--", "touch", "/etc/inferops-lab/module-code-cache-off")
     if real_compiles:
         labctl_run("exec", node.name, "--", "touch", "/etc/inferops-lab/nvcc-cache-off")
 

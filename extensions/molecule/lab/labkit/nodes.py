@@ -144,6 +144,37 @@ def write_node_files(node: Node, profile: str, address: str) -> None:
         shutil.copy(os.path.join(HERE, "nvcc_cache", name), merged + "/usr/lib/inferops-lab/" + name)
         os.chmod(merged + "/usr/lib/inferops-lab/" + name, mode)
     os.makedirs(merged + "/var/cache/lab-nvcc-cache", exist_ok=True)
+    install_module_code_cache(merged)
+
+
+# LAB TEST EQUIPMENT: the code the nodes' Python compiles from Ansible's module zips, kept for the next module run
+# (module_code_cache/lab_module_code_cache.py); per checkout, so that a fresh clone measures its own compiles.
+MODULE_CODE_CACHE = os.path.join(STATE, "module-code-cache")
+MODULE_CODE_PTH = "inferops-lab-module-code-cache.pth"
+
+
+def install_module_code_cache(root: str) -> t.List[str]:
+    """The module code cache and the .pth that loads it, in the system site-packages of each Python 3 under root (its
+    /usr/local/lib/python3.X/dist-packages, which Debian's python3 reads and a venv does not); the directories written."""
+    written = []
+    for version in sorted(os.listdir(os.path.join(root, "usr", "lib"))):
+        if not version.startswith("python3.") or not os.path.isdir(os.path.join(root, "usr", "lib", version)):
+            continue
+        site = os.path.join(root, "usr", "local", "lib", version, "dist-packages")
+        os.makedirs(site, exist_ok=True)
+        shutil.copy(os.path.join(HERE, "module_code_cache", "lab_module_code_cache.py"), site)
+        with open(os.path.join(site, MODULE_CODE_PTH), "w") as handle:
+            handle.write("import lab_module_code_cache; lab_module_code_cache.install()\n")
+        written.append(site)
+    os.makedirs(root + "/var/cache/lab-module-code", exist_ok=True)
+    return written
+
+
+def module_code_cache_dir() -> str:
+    """The module code cache on the host, written by every user of every node (LAB TEST EQUIPMENT, module_code_cache/)."""
+    os.makedirs(MODULE_CODE_CACHE, exist_ok=True)
+    os.chmod(MODULE_CODE_CACHE, 0o1777)
+    return MODULE_CODE_CACHE
 
 
 # The lab's compile cache lives on the machine, not in the checkout: every node, scenario and clone on this machine shares
@@ -178,6 +209,7 @@ def boot(node: Node) -> None:
         "--register=no", "--keep-unit", "--network-namespace-path=/run/netns/" + node.netns,
         "--link-journal=no", "--resolv-conf=off", "--timezone=off", "--console=read-only",
         "--bind=%s:/var/cache/lab-nvcc-cache" % nvcc_cache_dir(),
+        "--bind=%s:/var/cache/lab-module-code" % module_code_cache_dir(),
     ]
     env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
     with open(node.logfile, "ab") as logfile:
@@ -249,7 +281,8 @@ def up(name: str, profile: str, address: str, stack: str = "incident", layer: t.
     boot(node)
     wait_running(node, address)
     record_measure("node_boot_s", time.monotonic() - started)
-    log("%s is up: GPU profile %s (SIMULATED), %s, ssh root@%s -i %s" % (name, profile, STACKS[stack][1], address, ssh_key()))
+    log("%s is up: GPU profile %s (SIMULATED), %s, ssh root@%s -i %s; its Python keeps the code it compiles from Ansible's "
+        "module zips in %s (LAB TEST EQUIPMENT)" % (name, profile, STACKS[stack][1], address, ssh_key(), MODULE_CODE_CACHE))
 
 
 def down(name: str, save: t.Optional[str] = None) -> None:
