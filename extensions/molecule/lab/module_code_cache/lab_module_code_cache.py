@@ -45,8 +45,8 @@ def renamed(code: types.CodeType, filename: str) -> types.CodeType:
 def key(source: bytes) -> str:
     """What the compiled code depends on: the source's bytes and the Python that compiles it."""
     digest = hashlib.sha256(source)
-    digest.update(b"\0%s\0%s\0%d" % (str(sys.implementation.cache_tag).encode(), importlib.util.MAGIC_NUMBER,
-                                      sys.flags.optimize))
+    python = (str(sys.implementation.cache_tag).encode(), importlib.util.MAGIC_NUMBER, sys.flags.optimize)
+    digest.update(b"\0%s\0%s\0%d" % python)
     return digest.hexdigest()
 
 
