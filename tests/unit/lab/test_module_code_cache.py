@@ -131,3 +131,21 @@ def test_labctl_installs_what_site_loads(tmp_path: t.Any, cache: str) -> None:
     done = subprocess.run([sys.executable, "-c", script, written[0]], capture_output=True, text=True, check=True,
                           env=dict(os.environ, INFEROPS_LAB_MODULE_CODE_CACHE=cache))
     assert done.stdout.strip() == "True"
+
+
+def test_labctl_turns_it_off_for_a_measurement(tmp_path: t.Any, monkeypatch: t.Any) -> None:
+    sys.path.insert(0, LAB)
+    try:
+        from labkit import nodes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(LAB)
+    root = tmp_path / "node"
+    (root / "usr" / "lib" / "python3.11").mkdir(parents=True)
+    off = root / "etc" / "inferops-lab" / "module-code-cache-off"
+    monkeypatch.setenv("INFEROPS_LAB_MODULE_CODE_CACHE_OFF", "1")
+    nodes.install_module_code_cache(str(root))
+    assert off.exists()
+    # booted again without the variable: on again
+    monkeypatch.delenv("INFEROPS_LAB_MODULE_CODE_CACHE_OFF")
+    nodes.install_module_code_cache(str(root))
+    assert not off.exists()
