@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CGROUPS = "/sys/fs/cgroup/unified"
 # molecule's frame and colours around a play or task line
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STEP = re.compile(r"^(?:PLAY|TASK) \[.*\]")
+STEP = re.compile(r"^(?:PLAY|TASK) \[[^\]]*\]?")
 
 
 def cpu_seconds(which: str = "busy") -> int:
