@@ -34,11 +34,10 @@ STEP = re.compile(r"^(?:PLAY|TASK) \[[^\]]*\]?")
 
 
 def cpu_seconds(which: str = "busy") -> int:
-    """The machine's busy (or stolen) CPU time since boot, in core-seconds, as tools/cpu-seconds reads /proc/stat."""
-    with open("/proc/stat", encoding="ascii") as handle:
-        fields = [int(value) for value in handle.readline().split()[1:]]
-    ticks = fields[7] if which == "steal" else fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
-    return ticks // os.sysconf("SC_CLK_TCK")
+    """The machine's busy (or stolen) CPU time since boot, in core-seconds: tools/cpu-seconds, which took the run's
+    starting figures, so that both ends are read the same way."""
+    command = [os.path.join(HERE, "cpu-seconds")] + (["steal"] if which == "steal" else [])
+    return int(subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()[0])
 
 
 def read(path: str) -> str:

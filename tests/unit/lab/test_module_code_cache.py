@@ -53,6 +53,23 @@ def child(tmp: t.Any, archive: str, cache: str, **env: str) -> t.Dict[str, t.Any
     return json.loads(done.stdout)
 
 
+def lab_nodes() -> t.Any:
+    """labctl's node code (extensions/molecule/lab/labkit/nodes.py)."""
+    sys.path.insert(0, LAB)
+    try:
+        from labkit import nodes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(LAB)
+    return nodes
+
+
+def node_root(tmp_path: t.Any) -> t.Any:
+    """A node's root filesystem as far as labctl's install reads it: one Python 3.11."""
+    root = tmp_path / "node"
+    (root / "usr" / "lib" / "python3.11").mkdir(parents=True)
+    return root
+
+
 @pytest.fixture(name="cache")
 def fixture_cache(tmp_path: t.Any) -> str:
     path = tmp_path / "cache"
@@ -115,13 +132,8 @@ def test_unwritable_cache_still_imports() -> None:
 
 
 def test_labctl_installs_what_site_loads(tmp_path: t.Any, cache: str) -> None:
-    sys.path.insert(0, LAB)
-    try:
-        from labkit import nodes  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.remove(LAB)
-    root = tmp_path / "node"
-    (root / "usr" / "lib" / "python3.11").mkdir(parents=True)
+    nodes = lab_nodes()
+    root = node_root(tmp_path)
     (root / "usr" / "lib" / "python3").mkdir()
     written = nodes.install_module_code_cache(str(root))
     assert written == [str(root / "usr" / "local" / "lib" / "python3.11" / "dist-packages")]
@@ -134,13 +146,8 @@ def test_labctl_installs_what_site_loads(tmp_path: t.Any, cache: str) -> None:
 
 
 def test_labctl_turns_it_off_for_a_measurement(tmp_path: t.Any, monkeypatch: t.Any) -> None:
-    sys.path.insert(0, LAB)
-    try:
-        from labkit import nodes  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.remove(LAB)
-    root = tmp_path / "node"
-    (root / "usr" / "lib" / "python3.11").mkdir(parents=True)
+    nodes = lab_nodes()
+    root = node_root(tmp_path)
     off = root / "etc" / "inferops-lab" / "module-code-cache-off"
     monkeypatch.setenv("INFEROPS_LAB_MODULE_CODE_CACHE_OFF", "1")
     nodes.install_module_code_cache(str(root))
