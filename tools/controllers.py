@@ -50,6 +50,10 @@ TOOLS_FILE = os.path.join(ROOT, "requirements", "controller-tools.txt")
 CONTROLLER_HOME = os.path.join(ROOT, ".build", "controller-home")
 # the machine's CA bundle: package traffic may pass a proxy whose CA only the machine's bundle holds
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# A requirement of ansible-test's own test venvs that names an archive outside PyPI (this machine and CI reach PyPI
+# only), and the PyPI release installed in its place (see pypi_only): ansible-core 2.22's pylint test takes dill from a
+# GitHub archive of a commit, for Python 3.15; dill's newest release on PyPI supports the 3.13 these tests run on.
+PYPI_STAND_INS = {"dill": "0.4.1"}
 
 
 def log(message: str) -> None:
@@ -221,7 +225,35 @@ def build(wanted: t.Optional[t.List[str]] = None) -> str:
                     raise SystemExit("controllers: the venv of ansible-core %s failed (rc %d)" % (release, rc))
     for release in wanted_releases:
         get_pip(root, release)
+        pypi_only(root, release)
     return root
+
+
+def pypi_only(root: str, release: str) -> None:
+    """ansible-test's requirement files in the release's venv with each `NAME @ URL` line (an archive outside PyPI)
+    replaced by PYPI_STAND_INS's release of NAME, the URL kept in a comment; a URL it has no stand-in for stops here,
+    named, rather than in the middle of a sanity run."""
+    venv = os.path.join(root, "opt", "ansible-core-%s" % release)
+    for path in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "ansible_test", "_data", "requirements", "*.txt"))):
+        with open(path) as handle:
+            lines = handle.read().splitlines(keepends=True)
+        replaced = []
+        for line in lines:
+            found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*(\S+)", line)
+            if found:
+                name, url = found.group(1), found.group(2)
+                if name.lower() not in PYPI_STAND_INS:
+                    raise SystemExit("controllers: ansible-core %s's ansible-test requires %s from %s (%s), which only PyPI can serve "
+                                     "here: name a PyPI release of it in tools/controllers.py's PYPI_STAND_INS" % (release, name, url, path))
+                replaced.append("%s==%s  # PyPI's release in place of %s\n" % (name, PYPI_STAND_INS[name.lower()], url))
+            else:
+                replaced.append(line)
+        if replaced != lines:
+            log("ansible-core %s: %s takes %s from PyPI" % (release, os.path.basename(path),
+                                                        ", ".join("%s==%s" % item for item in sorted(PYPI_STAND_INS.items()))))
+            with open(path + ".tmp", "w") as handle:
+                handle.writelines(replaced)
+            os.replace(path + ".tmp", path)
 
 
 def get_pip(root: str, release: str) -> None:

@@ -94,3 +94,36 @@ def test_a_molecule_run_s_tree_that_still_holds_mounts_is_not_removed(tmp_path: 
     monkeypatch.setattr(controllers, "mounts_under", lambda path: [])
     assert controllers.molecule(str(tmp_path / "trixie"), "default") == 0
     assert not os.path.exists(run_dir)
+
+
+def requirement_file(root: pathlib.Path, release: str, name: str, text: str) -> pathlib.Path:
+    path = root / "opt" / ("ansible-core-%s" % release) / "lib" / "python3.13" / "site-packages" / "ansible_test" / "_data" / "requirements" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_ansible_test_s_requirements_outside_pypi_take_the_pypi_stand_in(tmp_path: pathlib.Path) -> None:
+    """ansible-core 2.22's pylint test names dill by a GitHub archive (unreachable here and in CI): the release's venv
+    gets dill's PyPI release in that line; a file with no such line is left as it was, byte for byte."""
+    url = "https://github.com/uqfoundation/dill/archive/2308ffb0d0c605b9c050fa4c9fd5793d65c67022.zip#sha256=090190c7"
+    pylint = requirement_file(tmp_path, "2.22.0", "sanity.pylint.txt",
+                              "# generated\nastroid==4.0.4\ndill @ %s\nisort==9.0.1\n" % url)
+    plain = requirement_file(tmp_path, "2.22.0", "sanity.pep8.txt", "pycodestyle==2.14.0\n")
+    plain_before = plain.read_bytes()
+    controllers.pypi_only(str(tmp_path), "2.22.0")
+    lines = pylint.read_text().splitlines()
+    assert lines[:2] == ["# generated", "astroid==4.0.4"] and lines[3] == "isort==9.0.1"
+    assert lines[2].startswith("dill==%s  # " % controllers.PYPI_STAND_INS["dill"]) and url in lines[2]
+    assert plain.read_bytes() == plain_before
+    # a second pass finds nothing left to replace
+    once = pylint.read_bytes()
+    controllers.pypi_only(str(tmp_path), "2.22.0")
+    assert pylint.read_bytes() == once
+
+
+def test_a_requirement_outside_pypi_with_no_stand_in_stops_the_build_naming_it(tmp_path: pathlib.Path) -> None:
+    path = requirement_file(tmp_path, "2.23.0", "sanity.mypy.txt", "mypy @ https://example.invalid/mypy.zip\n")
+    with pytest.raises(SystemExit, match=r"requires mypy from https://example.invalid/mypy.zip .*PYPI_STAND_INS"):
+        controllers.pypi_only(str(tmp_path), "2.23.0")
+    assert path.read_text() == "mypy @ https://example.invalid/mypy.zip\n"
