@@ -249,8 +249,8 @@ def pypi_only(root: str, release: str) -> None:
             else:
                 replaced.append(line)
         if replaced != lines:
-            log("ansible-core %s: %s takes %s from PyPI" % (release, os.path.basename(path),
-                                                        ", ".join("%s==%s" % item for item in sorted(PYPI_STAND_INS.items()))))
+            stand_ins = ", ".join("%s==%s" % item for item in sorted(PYPI_STAND_INS.items()))
+            log("ansible-core %s: %s takes %s from PyPI" % (release, os.path.basename(path), stand_ins))
             with open(path + ".tmp", "w") as handle:
                 handle.writelines(replaced)
             os.replace(path + ".tmp", path)
