@@ -2,9 +2,9 @@
 # Copyright: inferops.blackwell contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """make test's other controllers: the ansible-core releases (requirements/controllers.txt) that need a newer Python
-than this machine's (Debian 12: 3.11; ansible-core 2.20 and 2.21 need 3.12 or later, 2.22 3.13). They run from a Debian 13
-(trixie, Python 3.13) root filesystem made with debootstrap from Debian's archive, entered with chroot (no daemon, the
-machine's network); each release in its own venv there, from PyPI.
+than this machine's (Debian 12: 3.11; ansible-core 2.20 and 2.21 need 3.12 or later, 2.22 3.13). They run from a
+Debian 13 (trixie, Python 3.13) root filesystem made with debootstrap from Debian's archive, entered with chroot (no
+daemon, the machine's network); each release in its own venv there, from PyPI.
 
   tools/controllers.py build             the root filesystem (once per machine and recipe) and each release's venv
   tools/controllers.py test [RELEASE...] under each release (default: the file's; another is a trial): ansible-test
