@@ -229,12 +229,17 @@ def build(wanted: t.Optional[t.List[str]] = None) -> str:
     return root
 
 
+def ansible_test_files(root: str, release: str, *parts: str) -> t.List[str]:
+    """The files of the release's ansible-test (in its venv in the root filesystem) that match parts (a glob), sorted."""
+    venv = os.path.join(root, "opt", "ansible-core-%s" % release)
+    return sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "ansible_test", *parts)))
+
+
 def pypi_only(root: str, release: str) -> None:
     """ansible-test's requirement files in the release's venv with each `NAME @ URL` line (an archive outside PyPI)
     replaced by PYPI_STAND_INS's release of NAME, the URL kept in a comment; a URL it has no stand-in for stops here,
     named, rather than in the middle of a sanity run."""
-    venv = os.path.join(root, "opt", "ansible-core-%s" % release)
-    for path in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "ansible_test", "_data", "requirements", "*.txt"))):
+    for path in ansible_test_files(root, release, "_data", "requirements", "*.txt"):
         with open(path) as handle:
             lines = handle.read().splitlines(keepends=True)
         replaced = []
@@ -259,9 +264,8 @@ def pypi_only(root: str, release: str) -> None:
 def get_pip(root: str, release: str) -> None:
     """ansible-test's pip bootstrap, from PyPI's wheel (its download host is unreachable here): tools/get_pip_offline.py
     under the name ansible-test looks for, beside the wheel of the pip it asks for."""
-    venv = os.path.join(root, "opt", "ansible-core-%s" % release)
     versions = []
-    for path in glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "ansible_test", "_internal", "python_requirements.py")):
+    for path in ansible_test_files(root, release, "_internal", "python_requirements.py"):
         with open(path) as handle:
             versions += re.findall(r"\bpip='([0-9.]+)'", handle.read())
     if not versions:
